@@ -1,0 +1,35 @@
+"""Wiring: settings in, the database, the state machine and the submit tokens out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from factory.config import Settings
+from factory.db.migrate import ensure_schema
+from factory.db.session import Database
+from factory.db.state import JobStateMachine
+from factory.idempotency import SubmitTokens
+
+
+@dataclass
+class Factory:
+    settings: Settings
+    database: Database
+    jobs: JobStateMachine
+    tokens: SubmitTokens | None
+
+    @classmethod
+    def open(cls, settings: Settings, *, check_schema: bool = True) -> Factory:
+        database = Database(settings.database_url)
+        if check_schema:
+            # The embedded SQLite database migrates itself; a shared one is upgraded on purpose.
+            ensure_schema(database, auto_upgrade=settings.is_embedded_database)
+        tokens = (
+            SubmitTokens(settings.redis_url, settings.submit_token_ttl)
+            if settings.redis_url
+            else None
+        )
+        return cls(settings, database, JobStateMachine(database), tokens)
+
+    def close(self) -> None:
+        self.database.dispose()

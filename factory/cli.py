@@ -1,0 +1,441 @@
+"""`factory`: the admin CLI. Tables for people, `--json` for scripts.
+
+Exit codes: 0 success; 2 bad input (manifest, arguments, unknown job) with one message
+naming the field; 1 any other failure. No traceback unless `--debug`.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from factory import __version__
+from factory.app import Factory
+from factory.config import Settings
+from factory.db import migrate
+from factory.db.session import Database
+from factory.db.state import Event, Job
+from factory.errors import BadInput, FactoryError
+from factory.manifest import load_manifest
+from factory.stages import REQUEUE_TARGETS, Stage
+from factory.submit import submit as submit_manifest
+
+try:  # typer >= 0.2x carries its own copy of click
+    from typer.exceptions import TyperException as _CommandLineError
+except ImportError:  # pragma: no cover - older typer on top of click
+    from click.exceptions import ClickException as _CommandLineError
+
+app = typer.Typer(
+    help="Long-video batch factory: submit manifests, follow jobs, requeue and cancel them.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+)
+db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
+app.add_typer(db_app, name="db")
+
+# Piped output (cron logs, scripts) gets wide tables instead of rich's 80-column default.
+_WIDTH = None if sys.stdout.isatty() else 160
+out = Console(highlight=False, width=_WIDTH)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+JsonOption = typer.Option(False, "--json", help="Print JSON for scripts instead of a table.")
+STAGE_NAMES = [s.value for s in Stage]
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks on errors."),
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    if version:
+        out.print(__version__)
+        raise typer.Exit(0)
+
+
+def _factory() -> Factory:
+    return Factory.open(Settings.from_env())
+
+
+# --- db ------------------------------------------------------------------------------
+
+
+@db_app.command("upgrade")
+def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
+    """Apply migrations up to REVISION (default: the newest)."""
+    database = Database(Settings.from_env().database_url)
+    before = migrate.current_revision(database)
+    migrate.upgrade(database, revision)
+    after = migrate.current_revision(database)
+    out.print(f"database at revision {after} (was {before or 'empty'})")
+
+
+@db_app.command("downgrade")
+def db_downgrade(revision: str = typer.Argument(..., help="Target revision, or 'base'.")) -> None:
+    """Revert migrations down to REVISION ('base' removes every table)."""
+    database = Database(Settings.from_env().database_url)
+    migrate.downgrade(database, revision)
+    out.print(f"database at revision {migrate.current_revision(database) or 'base (empty)'}")
+
+
+@db_app.command("current")
+def db_current() -> None:
+    """Print the database's revision and the newest one this factory knows."""
+    database = Database(Settings.from_env().database_url)
+    current = migrate.current_revision(database)
+    out.print(f"current {current or 'none'}, head {migrate.head_revision()}")
+
+
+# --- manifests -------------------------------------------------------------------
+
+
+@app.command()
+def validate(
+    manifest: Path = typer.Argument(..., help="Manifest file (YAML, or JSON)."),
+    batch: str | None = typer.Option(None, "--batch", help="Override the manifest's batch name."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Check a manifest without submitting it; print the jobs it would create."""
+    parsed = load_manifest(manifest, batch=batch)
+    if as_json:
+        _print_json([v.to_dict() | {"job_id": v.job_id} for v in parsed.videos])
+        return
+    table = Table("JOB", "DURATION", "FPS", "SIZE", "SCENES", "MODEL", "RENDITIONS")
+    for v in parsed.videos:
+        table.add_row(
+            v.job_id,
+            f"{v.duration:g} s",
+            str(v.fps),
+            f"{v.width}x{v.height}",
+            str(len(v.scenes)),
+            v.model.family,
+            ",".join(v.renditions),
+        )
+    out.print(table)
+    out.print(f"manifest ok: {len(parsed.videos)} videos in batch {parsed.batch}")
+
+
+@app.command()
+def submit(
+    manifest: Path = typer.Argument(..., help="Manifest file (YAML, or JSON)."),
+    batch: str | None = typer.Option(
+        None, "--batch", help="Override the manifest's batch name (e.g. nightly-$(date +%F))."
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Validate a manifest and create one job per video (a resubmission creates nothing)."""
+    parsed = load_manifest(manifest, batch=batch)
+    factory = _factory()
+    result = submit_manifest(parsed, factory.jobs, factory.tokens)
+    created = set(result.created)
+    if as_json:
+        _print_json(
+            [
+                {
+                    "job_id": j.job_id,
+                    "batch": j.batch,
+                    "video_id": j.spec["video_id"],
+                    "stage": j.stage.value,
+                    "created": j.job_id in created,
+                }
+                for j in result.jobs
+            ]
+        )
+        return
+    for job in result.jobs:
+        out.print(job.job_id)
+    fresh = len(created)
+    err.print(
+        f"{fresh} created, {len(result.jobs) - fresh} already submitted (batch {parsed.batch})"
+    )
+
+
+# --- following jobs ----------------------------------------------------------------
+
+
+@app.command()
+def jobs(
+    batch: str | None = typer.Option(None, "--batch", help="Only this batch."),
+    stage: str | None = typer.Option(None, "--stage", help=f"Only this stage: {STAGE_NAMES}."),
+    limit: int = typer.Option(1000, "--limit", min=1, help="At most this many jobs."),
+    as_json: bool = JsonOption,
+) -> None:
+    """List jobs with their stage and progress."""
+    wanted = _stage(stage, "--stage") if stage else None
+    found = _factory().jobs.list_jobs(batch=batch, stage=wanted, limit=limit)
+    if as_json:
+        _print_json([_job_summary(j) for j in found])
+        return
+    table = Table("JOB", "STAGE", "SEGMENTS", "ATTEMPT", "UPDATED", "ERROR")
+    for job in found:
+        p = job.progress
+        error = (job.last_error or {}).get("message", "")
+        table.add_row(
+            job.job_id,
+            _stage_text(job),
+            f"{len(p['segments'])}/{p['segments_total']}",
+            str(job.attempt),
+            _ago(job.updated_at),
+            _short(error, 40),
+        )
+    out.print(table)
+    if not found:
+        err.print(
+            "no jobs"
+            + (f" in batch {batch}" if batch else "")
+            + (f" at stage {stage}" if stage else "")
+        )
+
+
+@app.command()
+def status(
+    job_id: str = typer.Argument(..., metavar="JOB"),
+    as_json: bool = JsonOption,
+) -> None:
+    """Everything about one job: stage, progress, attempt, outputs, QC, last error."""
+    job = _factory().jobs.get(job_id)
+    if as_json:
+        _print_json(
+            _job_summary(job)
+            | {
+                "spec": job.spec,
+                "trace_id": job.trace_id,
+                "claimed_by": job.claimed_by,
+                "recoveries": job.recoveries,
+            }
+        )
+        return
+    for label, value in _status_lines(job):
+        out.print(f"[bold]{label:<10}[/bold] {value}")
+
+
+@app.command()
+def events(
+    job_id: str = typer.Argument(..., metavar="JOB"),
+    as_json: bool = JsonOption,
+) -> None:
+    """The job's timeline: every transition, claim, checkpoint and operator action."""
+    timeline = _factory().jobs.events(job_id)
+    if as_json:
+        _print_json([_event_dict(e) for e in timeline])
+        return
+    table = Table("AT", "STAGE", "EVENT", "ATTEMPT", "DETAIL")
+    for e in timeline:
+        detail = ", ".join(f"{k}={v}" for k, v in e.detail.items())
+        table.add_row(
+            e.at.strftime("%Y-%m-%d %H:%M:%S"),
+            e.stage.value,
+            e.event,
+            str(e.attempt),
+            _short(detail, 70),
+        )
+    out.print(table)
+
+
+# --- operator actions ----------------------------------------------------------------
+
+
+@app.command()
+def requeue(
+    job_id: str = typer.Argument(..., metavar="JOB"),
+    from_stage: str | None = typer.Option(
+        None,
+        "--from",
+        help="Redo this stage and all later ones from scratch "
+        f"({', '.join(s.value for s in REQUEUE_TARGETS)}). "
+        "Without it the job continues where it stopped, keeping its progress.",
+    ),
+    as_json: bool = JsonOption,
+) -> None:
+    """Put a failed, cancelled, stuck or finished job back to work."""
+    start = _stage(from_stage, "--from") if from_stage else None
+    job = _factory().jobs.requeue(job_id, from_stage=start)
+    if as_json:
+        _print_json(_job_summary(job))
+        return
+    kept = len(job.progress["segments"])
+    out.print(
+        f"{job.job_id} requeued at {job.stage.value} (attempt {job.attempt}; "
+        f"{kept}/{job.progress['segments_total']} segments kept)"
+    )
+
+
+@app.command()
+def cancel(
+    job_id: str = typer.Argument(..., metavar="JOB"),
+    reason: str = typer.Option("", "--reason", help="Why; kept in the job's events."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Stop a job; its worker stops at its next checkpoint. `requeue` can continue it later."""
+    job = _factory().jobs.cancel(job_id, reason=reason)
+    if as_json:
+        _print_json(_job_summary(job))
+        return
+    out.print(
+        f"{job.job_id} cancelled (was {job.stopped_stage.value if job.stopped_stage else '?'})"
+    )
+
+
+# --- presentation ----------------------------------------------------------------------
+
+
+def _stage(value: str, option: str) -> Stage:
+    try:
+        return Stage(value)
+    except ValueError:
+        raise BadInput(
+            f"unknown stage {value!r}; choose one of {', '.join(STAGE_NAMES)}", field=option
+        ) from None
+
+
+def _job_summary(job: Job) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "batch": job.batch,
+        "stage": job.stage.value,
+        "stopped_stage": job.stopped_stage.value if job.stopped_stage else None,
+        "attempt": job.attempt,
+        "progress": job.progress,
+        "last_error": job.last_error,
+        "heartbeat_at": _iso(job.heartbeat_at),
+        "created_at": _iso(job.created_at),
+        "updated_at": _iso(job.updated_at),
+    }
+
+
+def _event_dict(event: Event) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "job_id": event.job_id,
+        "at": _iso(event.at),
+        "stage": event.stage.value,
+        "event": event.event,
+        "attempt": event.attempt,
+        "detail": event.detail,
+        "trace_id": event.trace_id,
+    }
+
+
+def _status_lines(job: Job) -> list[tuple[str, str]]:
+    p = job.progress
+    video = job.video
+    lines = [
+        ("job", job.job_id),
+        ("batch", job.batch),
+        ("stage", _stage_text(job)),
+        (
+            "video",
+            f"{video.duration:g} s at {video.fps} fps, {video.width}x{video.height}, "
+            f"{len(video.scenes)} scene(s), model {video.model.family}",
+        ),
+        (
+            "progress",
+            f"segments {len(p['segments'])}/{p['segments_total']}, "
+            f"frame {p['frame']}/{p['frames_total']}",
+        ),
+        ("attempt", f"{job.attempt}" + (f" held by {job.claimed_by}" if job.claimed_by else "")),
+        ("heartbeat", _ago(job.heartbeat_at) if job.heartbeat_at else "none yet"),
+        ("updated", _ago(job.updated_at)),
+    ]
+    timings = [
+        f"{stage} {t['seconds']:.1f} s"
+        for stage, t in p.get("timings", {}).items()
+        if "seconds" in t
+    ]
+    if timings:
+        lines.append(("timings", ", ".join(timings)))
+    outputs = p.get("deliver", {}).get("outputs", {})
+    lines.append(
+        (
+            "outputs",
+            ", ".join(f"{k}: {v}" for k, v in outputs.items()) if outputs else "none delivered yet",
+        )
+    )
+    qc = p.get("qc")
+    lines.append(("qc", json.dumps(qc.get("summary", qc)) if qc else "not run yet"))
+    if job.last_error:
+        e = job.last_error
+        lines.append(("error", f"{e['kind']} in {e['stage']}: {e['message']}"))
+    lines.append(("next", _next_step(job)))
+    lines.append(("trace", job.trace_id))
+    return lines
+
+
+def _next_step(job: Job) -> str:
+    if job.stage is Stage.DONE:
+        return f"nothing; `factory requeue {job.job_id} --from STAGE` redoes part of it"
+    if job.stage in (Stage.FAILED, Stage.CANCELLED):
+        where = job.stopped_stage.value if job.stopped_stage else "queued"
+        return (
+            f"`factory requeue {job.job_id}` continues at {where} keeping its progress; "
+            f"add `--from STAGE` to redo from an earlier stage"
+        )
+    if job.stage is Stage.QUEUED and job.claimed_by is None:
+        return f"waiting for a worker; `factory cancel {job.job_id}` withdraws it"
+    return f"in progress; `factory cancel {job.job_id}` stops it at its next checkpoint"
+
+
+def _stage_text(job: Job) -> str:
+    if job.stopped_stage and job.stage in (Stage.FAILED, Stage.CANCELLED):
+        return f"{job.stage.value} (in {job.stopped_stage.value})"
+    return job.stage.value
+
+
+def _ago(moment: datetime | None) -> str:
+    if moment is None:
+        return "-"
+    seconds = max(0, int((datetime.now(UTC) - moment).total_seconds()))
+    if seconds < 120:
+        return f"{seconds} s ago"
+    if seconds < 7200:
+        return f"{seconds // 60} min ago"
+    return f"{seconds // 3600} h ago"
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def _short(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        code = app(args=args, prog_name="factory", standalone_mode=False)
+    except typer.Exit as exc:
+        code = exc.exit_code
+    except _CommandLineError as exc:  # usage errors: exit 2 with click's own message
+        exc.show()
+        code = exc.exit_code
+    except typer.Abort:
+        err.print("aborted")
+        code = 130
+    except FactoryError as exc:
+        if debug:
+            raise
+        err.print(f"error: {exc}", markup=False)
+        code = exc.exit_code
+    except Exception as exc:
+        if debug:
+            raise
+        err.print(
+            f"internal error: {type(exc).__name__}: {exc} (run with --debug for the traceback)",
+            markup=False,
+        )
+        code = 1
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,82 @@
+"""Settings, built once from FACTORY_* variables; nothing else in the factory reads the environment.
+
+Embedded defaults (no server needed): a SQLite database and a file store under FACTORY_HOME,
+no broker (stages run in-process), no Redis (idempotency by the database constraint alone).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from factory.errors import ConfigError
+
+_SUPPORTED_DATABASES = ("sqlite", "postgresql")
+_SUPPORTED_STORES = ("file", "s3")
+
+
+@dataclass(frozen=True)
+class Settings:
+    home: Path
+    database_url: str
+    broker_url: str | None
+    store_url: str
+    redis_url: str | None
+    stale_after: int
+    sweep_every: int
+    submit_token_ttl: int
+
+    @property
+    def is_embedded_database(self) -> bool:
+        return self.database_url.startswith("sqlite")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        home = Path(env.get("FACTORY_HOME") or Path.home() / ".factory").expanduser()
+        database_url = env.get("FACTORY_DATABASE_URL") or f"sqlite:///{home / 'factory.db'}"
+        store_url = env.get("FACTORY_STORE_URL") or (home / "store").as_uri()
+        settings = cls(
+            home=home,
+            database_url=database_url,
+            broker_url=env.get("FACTORY_BROKER_URL") or None,
+            store_url=store_url,
+            redis_url=env.get("FACTORY_REDIS_URL") or None,
+            stale_after=_positive_int(env, "FACTORY_STALE_AFTER", 300),
+            sweep_every=_positive_int(env, "FACTORY_SWEEP_EVERY", 30),
+            submit_token_ttl=_positive_int(env, "FACTORY_SUBMIT_TOKEN_TTL", 600),
+        )
+        settings._check_schemes()
+        return settings
+
+    def _check_schemes(self) -> None:
+        scheme = self.database_url.split(":", 1)[0].split("+", 1)[0]
+        if scheme not in _SUPPORTED_DATABASES:
+            raise ConfigError(
+                f"scheme {scheme!r} is not supported; use one of {', '.join(_SUPPORTED_DATABASES)}",
+                field="FACTORY_DATABASE_URL",
+            )
+        store_scheme = self.store_url.split(":", 1)[0]
+        if store_scheme not in _SUPPORTED_STORES:
+            raise ConfigError(
+                f"scheme {store_scheme!r} is not supported; use file:///path or s3://bucket/prefix",
+                field="FACTORY_STORE_URL",
+            )
+        for name, url in (("FACTORY_REDIS_URL", self.redis_url),):
+            if url and not url.startswith(("redis://", "rediss://", "unix://")):
+                raise ConfigError("must be a redis:// or rediss:// URL", field=name)
+
+
+def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"must be a whole number of seconds, got {raw!r}", field=name) from None
+    if value <= 0:
+        raise ConfigError(f"must be > 0, got {value}", field=name)
+    return value

@@ -1,0 +1,1 @@
+"""Persistence: the tables, the engine, migrations, and the job state machine."""

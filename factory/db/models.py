@@ -1,0 +1,114 @@
+"""The tables. Postgres in production, SQLite for the embedded path; one schema for both."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    TypeDecorator,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+
+from factory.stages import Stage
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+Json = JSON().with_variant(JSONB(), "postgresql")
+Id = String(128)
+STAGES_SQL = ", ".join(f"'{s.value}'" for s in Stage)
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC in and out; SQLite stores naive values, read back as UTC."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Any) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+batches = Table(
+    "batches",
+    metadata,
+    Column("batch", Id, primary_key=True),
+    Column("source", Text, nullable=False),  # the manifest path it was first submitted from
+    Column("created_at", UtcDateTime, nullable=False),
+)
+
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("job_id", Id, primary_key=True),
+    Column("batch", Id, ForeignKey("batches.batch"), nullable=False),
+    Column("spec", Json, nullable=False),
+    Column("spec_sha256", String(64), nullable=False),
+    Column("stage", String(16), nullable=False),
+    Column("progress", Json, nullable=False),
+    Column("attempt", Integer, nullable=False, default=0),
+    Column("recoveries", Integer, nullable=False, default=0),  # automatic resumptions so far
+    Column("claimed_by", String(255)),  # the worker holding the current attempt
+    Column("stopped_stage", String(16)),  # where a failed or cancelled job stopped
+    Column("last_error", Json),
+    Column("trace_id", String(32), nullable=False),
+    Column("heartbeat_at", UtcDateTime),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("updated_at", UtcDateTime, nullable=False),
+    CheckConstraint(f"stage IN ({STAGES_SQL})", name="stage"),
+    CheckConstraint(f"stopped_stage IS NULL OR stopped_stage IN ({STAGES_SQL})", name="stopped"),
+    CheckConstraint("attempt >= 0", name="attempt"),
+    # The sweeper: active stages ordered by heartbeat. `factory jobs`: by batch, by stage.
+    Index("ix_jobs_stage_heartbeat", "stage", "heartbeat_at"),
+    Index("ix_jobs_batch_created", "batch", "created_at"),
+    Index("ix_jobs_updated", "updated_at"),
+)
+
+job_events = Table(
+    "job_events",
+    metadata,
+    Column(
+        "id", BigInteger().with_variant(Integer(), "sqlite"), primary_key=True, autoincrement=True
+    ),
+    Column("job_id", Id, ForeignKey("jobs.job_id", ondelete="CASCADE"), nullable=False),
+    Column("at", UtcDateTime, nullable=False),
+    Column("stage", String(16), nullable=False),
+    Column("event", String(32), nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("detail", Json, nullable=False),
+    Column("trace_id", String(32), nullable=False),
+    Index("ix_job_events_job_id_id", "job_id", "id"),
+)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

@@ -1,0 +1,487 @@
+"""The job state machine: the only code that writes a job's stage.
+
+Workers hold an ``attempt`` number as a fencing token. A claim bumps it with a
+compare-and-set; every later write by that worker carries ``AND attempt = :mine``, so a
+writer holding a stale attempt (a duplicate delivery, a worker the sweeper gave up on, a
+job an operator cancelled or requeued) changes nothing and gets ``StaleAttempt``.
+
+Operator actions (``cancel``, ``requeue``) bump the attempt too, which is how a running
+worker learns at its next checkpoint or heartbeat that it must stop. Every change is
+appended to ``job_events`` with the job's trace id, in the same transaction.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+from sqlalchemy.dialects import postgresql, sqlite
+
+from factory.db.models import batches, job_events, jobs, utcnow
+from factory.db.session import Database
+from factory.errors import IllegalTransition, InvalidOperation, NoSuchJob, StaleAttempt
+from factory.plan import segment_count
+from factory.spec import VideoSpec
+from factory.stages import (
+    ACTIVE,
+    REQUEUE_TARGETS,
+    Stage,
+    initial_progress,
+    is_legal,
+    order,
+    reset_progress,
+)
+
+Clock = Callable[[], datetime]
+
+
+@dataclass(frozen=True)
+class Job:
+    job_id: str
+    batch: str
+    spec: dict[str, Any]
+    spec_sha256: str
+    stage: Stage
+    progress: dict[str, Any]
+    attempt: int
+    recoveries: int
+    claimed_by: str | None
+    stopped_stage: Stage | None
+    last_error: dict[str, Any] | None
+    trace_id: str
+    heartbeat_at: datetime | None
+    created_at: datetime
+    updated_at: datetime
+
+    @property
+    def video(self) -> VideoSpec:
+        return VideoSpec.from_dict(self.spec)
+
+    @classmethod
+    def from_row(cls, row: Any) -> Job:
+        data = dict(row._mapping)
+        data["stage"] = Stage(data["stage"])
+        stopped = data["stopped_stage"]
+        data["stopped_stage"] = Stage(stopped) if stopped else None
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    job_id: str
+    at: datetime
+    stage: Stage
+    event: str
+    attempt: int
+    detail: dict[str, Any]
+    trace_id: str
+
+
+@dataclass(frozen=True)
+class Created:
+    job: Job
+    created: bool  # False: the same spec was already there
+
+
+class JobStateMachine:
+    def __init__(self, database: Database, clock: Clock = utcnow) -> None:
+        self.database = database
+        self.clock = clock
+
+    # --- reading -----------------------------------------------------------------
+
+    def get(self, job_id: str) -> Job:
+        with self.database.transaction() as conn:
+            return self._read(conn, job_id)
+
+    def find(self, job_ids: Iterable[str]) -> dict[str, Job]:
+        ids = list(job_ids)
+        with self.database.transaction() as conn:
+            rows = conn.execute(select(jobs).where(jobs.c.job_id.in_(ids))).all()
+        return {row.job_id: Job.from_row(row) for row in rows}
+
+    def list_jobs(
+        self, *, batch: str | None = None, stage: Stage | None = None, limit: int = 1000
+    ) -> list[Job]:
+        query = select(jobs).order_by(jobs.c.created_at, jobs.c.job_id).limit(limit)
+        if batch is not None:
+            query = query.where(jobs.c.batch == batch)
+        if stage is not None:
+            query = query.where(jobs.c.stage == stage.value)
+        with self.database.transaction() as conn:
+            return [Job.from_row(row) for row in conn.execute(query)]
+
+    def events(self, job_id: str) -> list[Event]:
+        with self.database.transaction() as conn:
+            self._read(conn, job_id)
+            rows = conn.execute(
+                select(job_events).where(job_events.c.job_id == job_id).order_by(job_events.c.id)
+            )
+            return [Event(**{**row._mapping, "stage": Stage(row.stage)}) for row in rows]
+
+    # --- creating ----------------------------------------------------------------
+
+    def create(self, conn: Connection, source: str, videos: Iterable[VideoSpec]) -> list[Created]:
+        """Insert the batch and its jobs at `queued` inside the caller's transaction.
+
+        Rows that already exist are left alone (``INSERT … ON CONFLICT DO NOTHING``, so
+        concurrent submitters of the same manifest wait on each other and create each job
+        once); the caller compares ``spec_sha256`` to tell a resubmission from a conflict.
+        """
+        now = self.clock()
+        videos = list(videos)
+        insert_for = _insert_for(conn)
+        for batch_name in dict.fromkeys(v.batch for v in videos):
+            conn.execute(
+                insert_for(batches)
+                .values(batch=batch_name, source=source, created_at=now)
+                .on_conflict_do_nothing(index_elements=["batch"])
+            )
+        created: list[Created] = []
+        for video in videos:
+            frames = video.frames_total
+            segments = segment_count(frames, video.segment_frames, video.segment_overlap)
+            trace_id = uuid.uuid4().hex
+            inserted = conn.execute(
+                insert_for(jobs)
+                .values(
+                    job_id=video.job_id,
+                    batch=video.batch,
+                    spec=video.to_dict(),
+                    spec_sha256=video.sha256(),
+                    stage=Stage.QUEUED.value,
+                    progress={
+                        **initial_progress(frames, segments),
+                        "timings": {Stage.QUEUED.value: {"started_at": now.isoformat()}},
+                    },
+                    attempt=0,
+                    recoveries=0,
+                    trace_id=trace_id,
+                    created_at=now,
+                    updated_at=now,
+                )
+                .on_conflict_do_nothing(index_elements=["job_id"])
+                .returning(jobs.c.job_id)
+            ).first()
+            if inserted is not None:
+                self._event(
+                    conn,
+                    video.job_id,
+                    Stage.QUEUED,
+                    "submitted",
+                    0,
+                    trace_id,
+                    {"source": source, "frames_total": frames, "segments_total": segments},
+                )
+            job = self._read(conn, video.job_id)
+            created.append(Created(job=job, created=inserted is not None))
+        return created
+
+    # --- worker actions (fenced by attempt) --------------------------------------
+
+    def claim(self, job_id: str, *, seen_attempt: int, worker: str) -> Job:
+        """Take the job for a new attempt; the returned job's ``attempt`` is the caller's token."""
+        with self.database.transaction() as conn:
+            now = self.clock()
+            result = conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.attempt == seen_attempt)
+                .where(jobs.c.stage.in_([s.value for s in ACTIVE]))
+                .values(
+                    attempt=jobs.c.attempt + 1, claimed_by=worker, heartbeat_at=now, updated_at=now
+                )
+            )
+            if result.rowcount == 0:
+                raise self._fenced(conn, job_id, seen_attempt)
+            job = self._read(conn, job_id)
+            self._event(
+                conn, job_id, job.stage, "claimed", job.attempt, job.trace_id, {"worker": worker}
+            )
+            return job
+
+    def transition(
+        self, job_id: str, *, attempt: int, to: Stage, detail: dict[str, Any] | None = None
+    ) -> Job:
+        with self.database.transaction() as conn:
+            job = self._read(conn, job_id, lock=True)
+            if job.attempt != attempt:
+                raise self._fenced(conn, job_id, attempt)
+            if not is_legal(job.stage, to):
+                raise IllegalTransition(job_id, job.stage.value, to.value)
+            now = self.clock()
+            progress = _with_timing(job.progress, job.stage, to, now)
+            values: dict[str, Any] = {
+                "stage": to.value,
+                "progress": progress,
+                "updated_at": now,
+                "heartbeat_at": now,
+            }
+            if to in (Stage.FAILED, Stage.CANCELLED):
+                values["stopped_stage"] = job.stage.value
+            self._fenced_update(conn, job_id, attempt, values, expected_stage=job.stage)
+            event = {Stage.FAILED: "failed", Stage.CANCELLED: "cancelled"}.get(to, "advanced")
+            self._event(
+                conn,
+                job_id,
+                to,
+                event,
+                attempt,
+                job.trace_id,
+                {"from": job.stage.value, **(detail or {})},
+            )
+            return self._read(conn, job_id)
+
+    def checkpoint(
+        self,
+        job_id: str,
+        *,
+        attempt: int,
+        updates: dict[str, Any],
+        event: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> Job:
+        """Replace top-level progress keys; optionally record an event on the timeline."""
+        with self.database.transaction() as conn:
+            job = self._read(conn, job_id, lock=True)
+            if job.attempt != attempt:
+                raise self._fenced(conn, job_id, attempt)
+            now = self.clock()
+            values = {
+                "progress": {**job.progress, **updates},
+                "updated_at": now,
+                "heartbeat_at": now,
+            }
+            self._fenced_update(conn, job_id, attempt, values, expected_stage=job.stage)
+            if event:
+                self._event(conn, job_id, job.stage, event, attempt, job.trace_id, detail or {})
+            return self._read(conn, job_id)
+
+    def heartbeat(self, job_id: str, *, attempt: int) -> None:
+        with self.database.transaction() as conn:
+            now = self.clock()
+            result = conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.attempt == attempt)
+                .where(jobs.c.stage.in_([s.value for s in ACTIVE]))
+                .values(heartbeat_at=now, updated_at=now)
+            )
+            if result.rowcount == 0:
+                raise self._fenced(conn, job_id, attempt)
+
+    def fail(self, job_id: str, *, attempt: int, kind: str, message: str) -> Job:
+        """Stop the job in `failed`, keeping where it stopped and why for `status` and `requeue`."""
+        with self.database.transaction() as conn:
+            job = self._read(conn, job_id, lock=True)
+            if job.attempt != attempt:
+                raise self._fenced(conn, job_id, attempt)
+            if not is_legal(job.stage, Stage.FAILED):
+                raise IllegalTransition(job_id, job.stage.value, Stage.FAILED.value)
+            now = self.clock()
+            error = {
+                "stage": job.stage.value,
+                "kind": kind,
+                "message": message,
+                "at": now.isoformat(),
+                "attempt": attempt,
+            }
+            values = {
+                "stage": Stage.FAILED.value,
+                "stopped_stage": job.stage.value,
+                "last_error": error,
+                "updated_at": now,
+                "progress": _with_timing(job.progress, job.stage, Stage.FAILED, now),
+            }
+            self._fenced_update(conn, job_id, attempt, values, expected_stage=job.stage)
+            self._event(
+                conn,
+                job_id,
+                Stage.FAILED,
+                "failed",
+                attempt,
+                job.trace_id,
+                {"from": job.stage.value, "kind": kind, "message": message},
+            )
+            return self._read(conn, job_id)
+
+    # --- operator actions (fence out whoever holds the job) -------------------------
+
+    def cancel(self, job_id: str, *, reason: str = "") -> Job:
+        with self.database.transaction() as conn:
+            job = self._read(conn, job_id, lock=True)
+            if job.stage.is_terminal:
+                raise InvalidOperation(
+                    f"job {job_id} is already {job.stage.value}; there is nothing to cancel",
+                    field="job",
+                )
+            now = self.clock()
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.attempt == job.attempt)
+                .values(
+                    stage=Stage.CANCELLED.value,
+                    stopped_stage=job.stage.value,
+                    attempt=job.attempt + 1,
+                    updated_at=now,
+                    progress=_with_timing(job.progress, job.stage, Stage.CANCELLED, now),
+                )
+            )
+            self._event(
+                conn,
+                job_id,
+                Stage.CANCELLED,
+                "cancelled",
+                job.attempt + 1,
+                job.trace_id,
+                {"from": job.stage.value, "reason": reason},
+            )
+            return self._read(conn, job_id)
+
+    def requeue(self, job_id: str, *, from_stage: Stage | None = None) -> Job:
+        """Put the job back to work.
+
+        Without ``from_stage``: continue where it stopped, keeping all recorded progress
+        (a failed generate resumes at its next segment). With it: redo that stage and
+        every later one from scratch; the progress of earlier stages is kept.
+        """
+        with self.database.transaction() as conn:
+            job = self._read(conn, job_id, lock=True)
+            reached = _reached(job)
+            if from_stage is None:
+                if job.stage is Stage.DONE:
+                    raise InvalidOperation(
+                        f"job {job_id} is done; give --from STAGE to redo part of it",
+                        field="--from",
+                    )
+                target, progress = reached, job.progress
+            else:
+                if from_stage not in REQUEUE_TARGETS:
+                    allowed = ", ".join(s.value for s in REQUEUE_TARGETS)
+                    raise InvalidOperation(
+                        f"cannot requeue to {from_stage.value}; choose one of {allowed}",
+                        field="--from",
+                    )
+                if order(from_stage) > order(reached):
+                    raise InvalidOperation(
+                        f"job {job_id} only reached {reached.value}; "
+                        f"it cannot restart from {from_stage.value}",
+                        field="--from",
+                    )
+                target, progress = from_stage, reset_progress(job.progress, from_stage)
+            now = self.clock()
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.attempt == job.attempt)
+                .values(
+                    stage=target.value,
+                    progress=progress,
+                    attempt=job.attempt + 1,
+                    stopped_stage=None,
+                    last_error=None,
+                    claimed_by=None,
+                    heartbeat_at=None,
+                    recoveries=0,
+                    updated_at=now,
+                )
+            )
+            self._event(
+                conn,
+                job_id,
+                target,
+                "requeued",
+                job.attempt + 1,
+                job.trace_id,
+                {"from": job.stage.value, "to": target.value, "reset": from_stage is not None},
+            )
+            return self._read(conn, job_id)
+
+    # --- internals ---------------------------------------------------------------
+
+    def _read(self, conn: Connection, job_id: str, *, lock: bool = False) -> Job:
+        query = select(jobs).where(jobs.c.job_id == job_id)
+        if lock:
+            query = query.with_for_update()
+        row = conn.execute(query).first()
+        if row is None:
+            raise NoSuchJob(job_id)
+        return Job.from_row(row)
+
+    def _fenced_update(
+        self,
+        conn: Connection,
+        job_id: str,
+        attempt: int,
+        values: dict[str, Any],
+        *,
+        expected_stage: Stage,
+    ) -> None:
+        result = conn.execute(
+            update(jobs)
+            .where(jobs.c.job_id == job_id, jobs.c.attempt == attempt)
+            .where(jobs.c.stage == expected_stage.value)
+            .values(**values)
+        )
+        if result.rowcount == 0:
+            raise self._fenced(conn, job_id, attempt)
+
+    def _fenced(self, conn: Connection, job_id: str, held: int) -> StaleAttempt:
+        job = self._read(conn, job_id)
+        if job.stage is Stage.CANCELLED:
+            reason = "the job was cancelled"
+        elif job.stage.is_terminal:
+            reason = f"the job is {job.stage.value}"
+        elif job.attempt != held:
+            holder = f" by {job.claimed_by}" if job.claimed_by else ""
+            reason = f"attempt {job.attempt} holds the job now{holder}"
+        else:
+            reason = f"the job moved to {job.stage.value}"
+        return StaleAttempt(job_id, held, reason)
+
+    def _event(
+        self,
+        conn: Connection,
+        job_id: str,
+        stage: Stage,
+        event: str,
+        attempt: int,
+        trace_id: str,
+        detail: dict[str, Any],
+    ) -> None:
+        conn.execute(
+            insert(job_events).values(
+                job_id=job_id,
+                at=self.clock(),
+                stage=stage.value,
+                event=event,
+                attempt=attempt,
+                detail=detail,
+                trace_id=trace_id,
+            )
+        )
+
+
+def _reached(job: Job) -> Stage:
+    """The furthest pipeline stage the job got to (where a failed or cancelled job stopped)."""
+    if job.stage in (Stage.FAILED, Stage.CANCELLED):
+        return job.stopped_stage or Stage.QUEUED
+    return job.stage
+
+
+def _with_timing(progress: dict[str, Any], leaving: Stage, entering: Stage, now: datetime) -> dict:
+    timings = dict(progress.get("timings", {}))
+    left = dict(timings.get(leaving.value, {}))
+    if "started_at" in left:
+        started = datetime.fromisoformat(left["started_at"])
+        left["seconds"] = round((now - started).total_seconds(), 3)
+        timings[leaving.value] = left
+    if not entering.is_terminal:
+        timings[entering.value] = {"started_at": now.isoformat()}
+    return {**progress, "timings": timings}
+
+
+def _insert_for(conn: Connection) -> Callable[..., Any]:
+    return postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert

@@ -1,0 +1,416 @@
+"""Manifest schema and validation: a batch of videos in, one resolved ``VideoSpec`` per video out.
+
+Validation is all-or-nothing: every problem in the file is collected, each named by its
+field path (``videos[3].duration``) and the rule it breaks, and a manifest with any
+problem yields no job at all. Limits (documented in docs/manifest.md):
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from factory.errors import FieldProblem, ManifestError
+from factory.safeyaml import DocumentError, load_json, load_yaml
+from factory.spec import (
+    DIFFUSERS_FAMILIES,
+    MODEL_FAMILIES,
+    AudioChoice,
+    ModelChoice,
+    Scene,
+    VideoSpec,
+    derived_seed,
+    derived_video_id,
+    frames_for,
+    job_id_for,
+)
+
+MAX_MANIFEST_BYTES = 1024 * 1024
+MAX_VIDEOS = 100
+MAX_DURATION_S = 600.0
+MAX_FPS = 60
+MIN_SIDE, MAX_SIDE = 64, 3840
+MAX_PIXELS = 3840 * 2160
+SIDE_MULTIPLE = 8
+MAX_PROMPT_CHARS = 2000
+MAX_SCENES = 200
+MAX_SEGMENT_FRAMES = 1024
+MAX_SEED = 2**32 - 1
+MAX_SECONDS_PER_SEGMENT = 3600.0
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$"
+RENDITIONS = ("master", "mobile", "compat")
+DEFAULT_RENDITIONS = RENDITIONS
+
+_ID_RULE = "must be 1-48 characters of A-Z a-z 0-9 _ - starting with a letter or digit"
+
+
+def _check_id(value: str) -> str:
+    if not re.fullmatch(ID_PATTERN, value):
+        raise ValueError(f"{value!r} {_ID_RULE}")
+    return value
+
+
+SafeId = Annotated[str, AfterValidator(_check_id)]
+Prompt = Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]
+Seconds = Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
+
+
+class Resolution(_Strict):
+    width: StrictInt = Field(ge=MIN_SIDE, le=MAX_SIDE, multiple_of=SIDE_MULTIPLE)
+    height: StrictInt = Field(ge=MIN_SIDE, le=MAX_SIDE, multiple_of=SIDE_MULTIPLE)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_text_or_pair(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", value)
+            if not match:
+                raise ValueError(f"{value!r} must be WIDTHxHEIGHT, e.g. 1280x720")
+            return {"width": int(match[1]), "height": int(match[2])}
+        if isinstance(value, list):
+            if len(value) != 2:
+                raise ValueError("must be [width, height]")
+            return {"width": value[0], "height": value[1]}
+        return value
+
+    @model_validator(mode="after")
+    def _pixel_budget(self) -> Resolution:
+        if self.width * self.height > MAX_PIXELS:
+            raise ValueError(f"{self.width}x{self.height} is more pixels than 3840x2160")
+        return self
+
+
+class SegmentSettings(_Strict):
+    frames: StrictInt = Field(default=16, ge=2, le=MAX_SEGMENT_FRAMES)
+    overlap: StrictInt = Field(default=4, ge=0, le=MAX_SEGMENT_FRAMES - 1)
+
+    @field_validator("overlap")
+    @classmethod
+    def _overlap_below_frames(cls, overlap: int, info: ValidationInfo) -> int:
+        frames = info.data.get("frames")
+        if frames is not None and overlap >= frames:
+            raise ValueError(f"{overlap} must be smaller than segment.frames ({frames})")
+        return overlap
+
+
+class ModelSettings(_Strict):
+    family: Literal[MODEL_FAMILIES]  # type: ignore[valid-type]
+    path: str | None = Field(default=None, min_length=1, max_length=4096)
+    seconds_per_segment: float | None = Field(
+        default=None, gt=0, le=MAX_SECONDS_PER_SEGMENT, allow_inf_nan=False
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _family_shorthand(cls, value: Any) -> Any:
+        return {"family": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _fields_fit_family(self) -> ModelSettings:
+        diffusers = self.family in DIFFUSERS_FAMILIES
+        if diffusers and not self.path:
+            raise ValueError(f"family {self.family} needs `path`: the local model directory")
+        if diffusers and not self.path.startswith("/"):  # type: ignore[union-attr]
+            raise ValueError(f"path {self.path!r} must be an absolute directory path")
+        if not diffusers and self.path is not None:
+            raise ValueError(f"family {self.family} takes no `path`")
+        if self.family == "timed" and self.seconds_per_segment is None:
+            raise ValueError("family timed needs `seconds_per_segment`")
+        if self.family != "timed" and self.seconds_per_segment is not None:
+            raise ValueError(f"family {self.family} takes no `seconds_per_segment`")
+        return self
+
+
+class AudioSettings(_Strict):
+    asset: str = Field(min_length=1, max_length=1024)
+    gain_db: float = Field(default=0.0, ge=-60, le=12, allow_inf_nan=False)
+    loop: StrictBool = True
+
+    @field_validator("asset")
+    @classmethod
+    def _asset_reference(cls, value: str) -> str:
+        if "://" in value:
+            scheme = value.split("://", 1)[0]
+            if scheme not in ("file", "s3"):
+                raise ValueError(f"scheme {scheme!r} is not supported; use file://, s3:// or a key")
+        elif value.startswith("/") or ".." in value.split("/"):
+            raise ValueError(f"{value!r} must be a store URL or a relative key without '..'")
+        return value
+
+
+class SceneSettings(_Strict):
+    start: Seconds
+    end: Seconds | None = None
+    prompt: Prompt
+
+
+class VideoSettings(_Strict):
+    """Settings a video may take from `defaults`; all optional here, required after merging."""
+
+    duration: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
+    fps: StrictInt | None = Field(default=None, ge=1, le=MAX_FPS)
+    resolution: Resolution | None = None
+    seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
+    negative_prompt: str | None = Field(default=None, max_length=MAX_PROMPT_CHARS)
+    model: ModelSettings | None = None
+    segment: SegmentSettings | None = None
+    renditions: list[Literal[RENDITIONS]] | None = Field(default=None, min_length=1)  # type: ignore[valid-type]
+    audio: AudioSettings | None = None
+
+    @field_validator("audio", mode="before")
+    @classmethod
+    def _silence(cls, value: Any) -> Any:
+        return None if value == "silence" else value
+
+    @field_validator("renditions")
+    @classmethod
+    def _unique_renditions(cls, value: list[str] | None) -> list[str] | None:
+        if value is not None and len(set(value)) != len(value):
+            raise ValueError("each rendition may be listed once")
+        return value
+
+
+class VideoEntry(VideoSettings):
+    id: SafeId | None = None
+    prompt: Prompt | None = None
+    scenes: list[SceneSettings] | None = Field(default=None, min_length=1, max_length=MAX_SCENES)
+
+
+class ManifestDocument(_Strict):
+    batch: SafeId
+    defaults: VideoSettings = VideoSettings()
+    videos: list[VideoEntry] = Field(min_length=1, max_length=MAX_VIDEOS)
+
+
+_BUILTIN_DEFAULTS: dict[str, Any] = {
+    "fps": 24,
+    "resolution": Resolution(width=1280, height=720),
+    "negative_prompt": "",
+    "model": ModelSettings(family="procedural"),
+    "segment": SegmentSettings(),
+    "renditions": list(DEFAULT_RENDITIONS),
+    "audio": None,
+}
+_MERGED_FIELDS = tuple(VideoSettings.model_fields)
+
+
+@dataclass(frozen=True)
+class Manifest:
+    source: str
+    batch: str
+    videos: tuple[VideoSpec, ...]
+
+
+def load_manifest(path: str | Path, *, batch: str | None = None) -> Manifest:
+    """Read, parse and validate a manifest file (YAML, or JSON by its .json extension)."""
+    path = Path(path)
+    source = str(path)
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise ManifestError(source, [FieldProblem("", f"cannot read: {exc.strerror}")]) from None
+    if not path.is_file():
+        raise ManifestError(source, [FieldProblem("", "is not a file")])
+    if size > MAX_MANIFEST_BYTES:
+        limit = MAX_MANIFEST_BYTES // 1024
+        message = f"is {size} bytes; the limit is {limit} KiB"
+        raise ManifestError(source, [FieldProblem("", message)])
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        problem = FieldProblem("", f"is not UTF-8 text (byte {exc.start})")
+        raise ManifestError(source, [problem]) from None
+    fmt = "json" if path.suffix.lower() == ".json" else "yaml"
+    return parse_manifest(text, source=source, fmt=fmt, batch=batch)
+
+
+def parse_manifest(
+    text: str, *, source: str = "<manifest>", fmt: str = "yaml", batch: str | None = None
+) -> Manifest:
+    if len(text.encode()) > MAX_MANIFEST_BYTES:
+        raise ManifestError(source, [FieldProblem("", "is larger than 1024 KiB")])
+    try:
+        raw = load_json(text) if fmt == "json" else load_yaml(text)
+    except DocumentError as exc:
+        raise ManifestError(source, [FieldProblem("", str(exc))]) from None
+    if not isinstance(raw, dict):
+        kind = "empty" if raw is None else f"a {type(raw).__name__}"
+        message = f"must be a mapping with `batch` and `videos`, got {kind}"
+        raise ManifestError(source, [FieldProblem("", message)])
+    if batch is not None:
+        raw = {**raw, "batch": batch}
+    try:
+        document = ManifestDocument.model_validate(raw)
+    except ValidationError as exc:
+        problems = _problems_from(exc, batch_overridden=batch is not None)
+        raise ManifestError(source, problems) from None
+    problems: list[FieldProblem] = []
+    videos = [_resolve(document, index, problems) for index in range(len(document.videos))]
+    _check_unique_ids(videos, problems)
+    if problems:
+        raise ManifestError(source, problems)
+    return Manifest(source=source, batch=document.batch, videos=tuple(v for v in videos if v))
+
+
+def _resolve(
+    document: ManifestDocument, index: int, problems: list[FieldProblem]
+) -> VideoSpec | None:
+    entry = document.videos[index]
+    here = f"videos[{index}]"
+    origin: dict[str, str] = {}
+    values: dict[str, Any] = dict(_BUILTIN_DEFAULTS)
+    for scope, path in ((document.defaults, "defaults"), (entry, here)):
+        for name in scope.model_fields_set & set(_MERGED_FIELDS):
+            values[name] = getattr(scope, name)
+            origin[name] = f"{path}.{name}"
+    start = len(problems)
+    for name in ("duration", "fps", "resolution", "model", "segment", "renditions"):
+        if values.get(name) is None:
+            problems.append(
+                FieldProblem(
+                    origin.get(name, f"{here}.{name}"),
+                    "required: set it on the video or in `defaults`",
+                )
+            )
+    if (entry.prompt is None) == (entry.scenes is None):
+        problems.append(FieldProblem(f"{here}.prompt", "give exactly one of `prompt` or `scenes`"))
+    if len(problems) > start:
+        return None
+    duration, fps = values["duration"], values["fps"]
+    if frames_for(duration, fps) < 1:
+        message = f"{duration} s at {fps} fps is less than one frame"
+        problems.append(FieldProblem(origin["duration"], message))
+        return None
+    scenes = _scenes(entry, duration, here, problems)
+    if scenes is None:
+        return None
+    negative_prompt = values["negative_prompt"] or ""
+    seed = values.get("seed")
+    model: ModelSettings = values["model"]
+    segment: SegmentSettings = values["segment"]
+    audio: AudioSettings | None = values["audio"]
+    resolution: Resolution = values["resolution"]
+    spec = VideoSpec(
+        batch=document.batch,
+        video_id=entry.id or "",
+        duration=float(duration),
+        fps=fps,
+        width=resolution.width,
+        height=resolution.height,
+        seed=derived_seed(scenes, negative_prompt) if seed is None else seed,
+        scenes=scenes,
+        negative_prompt=negative_prompt,
+        model=ModelChoice(model.family, model.path, model.seconds_per_segment),
+        segment_frames=segment.frames,
+        segment_overlap=segment.overlap,
+        renditions=tuple(values["renditions"]),
+        audio=AudioChoice(audio.asset, audio.gain_db, audio.loop) if audio else None,
+    )
+    if not entry.id:
+        content = {k: v for k, v in spec.to_dict().items() if k not in ("batch", "video_id")}
+        spec = VideoSpec(**{**spec.__dict__, "video_id": derived_video_id(content)})
+    return spec
+
+
+def _scenes(
+    entry: VideoEntry, duration: float, here: str, problems: list[FieldProblem]
+) -> tuple[Scene, ...] | None:
+    if entry.prompt is not None:
+        return (Scene(start=0.0, end=float(duration), prompt=entry.prompt),)
+    assert entry.scenes is not None
+    scenes = entry.scenes
+    ends = [s.start for s in scenes[1:]] + [float(duration)]
+    found = len(problems)
+
+    def problem(path: str, message: str) -> None:
+        problems.append(FieldProblem(f"{here}.scenes{path}", message))
+
+    if scenes[0].start != 0:
+        problem("[0].start", f"the first scene must start at 0, not {scenes[0].start}")
+    for i, (scene, following) in enumerate(zip(scenes, ends, strict=True)):
+        last = i + 1 == len(scenes)
+        if scene.start >= duration:
+            problem(f"[{i}].start", f"{scene.start} is not before the video's end ({duration} s)")
+        elif not last and following <= scene.start:
+            problem(
+                f"[{i + 1}].start", f"{following} must be after the scene before ({scene.start})"
+            )
+        elif scene.end is not None and scene.end != following:
+            what = "the video's duration" if last else "the next scene's start"
+            problem(
+                f"[{i}].end",
+                f"{scene.end} leaves a gap or overlap: it must be {what} ({following})",
+            )
+    if len(problems) > found:
+        return None
+    return tuple(
+        Scene(start=float(s.start), end=float(end), prompt=s.prompt)
+        for s, end in zip(scenes, ends, strict=True)
+    )
+
+
+def _check_unique_ids(videos: list[VideoSpec | None], problems: list[FieldProblem]) -> None:
+    first_index: dict[str, int] = {}
+    for index, video in enumerate(videos):
+        if video is None:
+            continue
+        seen = first_index.setdefault(video.video_id, index)
+        if seen != index:
+            job_id = job_id_for(video.batch, video.video_id)
+            message = f"{job_id!r} is a duplicate of videos[{seen}]"
+            problems.append(FieldProblem(f"videos[{index}].id", message))
+
+
+def _problems_from(exc: ValidationError, *, batch_overridden: bool) -> list[FieldProblem]:
+    problems = []
+    for error in exc.errors(include_url=False):
+        path = _format_loc(error["loc"])
+        if path == "batch" and batch_overridden:
+            path = "batch (--batch)"
+        problems.append(FieldProblem(path, _describe(error)))
+    return problems
+
+
+def _format_loc(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text
+
+
+def _describe(error: dict[str, Any]) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return "unknown field"
+    if kind == "missing":
+        return "required"
+    message = str(error["msg"])
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    value = error.get("input")
+    plain = isinstance(value, (int, float, str, bool)) and len(repr(value)) < 60
+    if kind != "value_error" and plain:
+        message += f" (got {value!r})"
+    return message

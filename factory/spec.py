@@ -1,0 +1,136 @@
+"""The resolved job spec: every setting explicit, in one canonical JSON form with a stable hash.
+
+A job is one output video. Its spec is what the manifest said for that video after
+defaults were applied; two submissions describe the same job exactly when their canonical
+JSON is byte-identical. A single ``prompt`` is stored as one scene covering the whole
+video, so ``prompt: X`` and ``scenes: [{start: 0, prompt: X}]`` are the same spec.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from typing import Any
+
+SPEC_VERSION = 1
+DIFFUSERS_FAMILIES = ("skyreels-v2-df", "wan", "ltx-video")
+CPU_FAMILIES = ("procedural", "timed")
+MODEL_FAMILIES = CPU_FAMILIES + DIFFUSERS_FAMILIES
+
+
+@dataclass(frozen=True)
+class Scene:
+    start: float  # seconds
+    end: float  # seconds, exclusive
+    prompt: str
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    family: str
+    path: str | None = None  # local model directory, diffusers families only
+    seconds_per_segment: float | None = None  # timed family only
+
+
+@dataclass(frozen=True)
+class AudioChoice:
+    asset: str  # store URL (file://, s3://) or a key in the factory's store
+    gain_db: float = 0.0
+    loop: bool = True  # shorter assets loop to length; otherwise silence pads the end
+
+
+@dataclass(frozen=True)
+class VideoSpec:
+    batch: str
+    video_id: str
+    duration: float
+    fps: int
+    width: int
+    height: int
+    seed: int
+    scenes: tuple[Scene, ...]
+    negative_prompt: str
+    model: ModelChoice
+    segment_frames: int
+    segment_overlap: int
+    renditions: tuple[str, ...]
+    audio: AudioChoice | None
+
+    @property
+    def job_id(self) -> str:
+        return job_id_for(self.batch, self.video_id)
+
+    @property
+    def frames_total(self) -> int:
+        return frames_for(self.duration, self.fps)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "spec_version": SPEC_VERSION,
+            "batch": self.batch,
+            "video_id": self.video_id,
+            "duration": float(self.duration),
+            "fps": self.fps,
+            "width": self.width,
+            "height": self.height,
+            "seed": self.seed,
+            "scenes": [asdict(s) for s in self.scenes],
+            "negative_prompt": self.negative_prompt,
+            "model": {k: v for k, v in asdict(self.model).items() if v is not None},
+            "segment": {"frames": self.segment_frames, "overlap": self.segment_overlap},
+            "renditions": list(self.renditions),
+            "audio": asdict(self.audio) if self.audio else None,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> VideoSpec:
+        if data.get("spec_version") != SPEC_VERSION:
+            raise ValueError(f"unsupported spec_version {data.get('spec_version')!r}")
+        audio = data["audio"]
+        return cls(
+            batch=data["batch"],
+            video_id=data["video_id"],
+            duration=float(data["duration"]),
+            fps=int(data["fps"]),
+            width=int(data["width"]),
+            height=int(data["height"]),
+            seed=int(data["seed"]),
+            scenes=tuple(Scene(**s) for s in data["scenes"]),
+            negative_prompt=data["negative_prompt"],
+            model=ModelChoice(**data["model"]),
+            segment_frames=int(data["segment"]["frames"]),
+            segment_overlap=int(data["segment"]["overlap"]),
+            renditions=tuple(data["renditions"]),
+            audio=AudioChoice(**audio) if audio else None,
+        )
+
+    def canonical_json(self) -> str:
+        return canonical_json(self.to_dict())
+
+    def sha256(self) -> str:
+        return hashlib.sha256(self.canonical_json().encode()).hexdigest()
+
+
+def canonical_json(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def job_id_for(batch: str, video_id: str) -> str:
+    # Ids allow [A-Za-z0-9_-] only, so the dot separates batch and video unambiguously.
+    return f"{batch}.{video_id}"
+
+
+def frames_for(duration: float, fps: int) -> int:
+    return round(duration * fps)
+
+
+def derived_seed(scenes: tuple[Scene, ...], negative_prompt: str) -> int:
+    text = canonical_json([[asdict(s) for s in scenes], negative_prompt])
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+
+
+def derived_video_id(content: dict[str, Any]) -> str:
+    """An id for a video the manifest left unnamed: the hash of its content, batch excluded."""
+    digest = hashlib.sha256(canonical_json(content).encode()).hexdigest()
+    return f"v-{digest[:12]}"

@@ -1,0 +1,98 @@
+"""Job stages and the part of the progress JSON each stage owns.
+
+``queued → generate → encode → mux → qc → deliver → done``; ``failed`` and ``cancelled``
+are terminal. ``qc → generate`` is the quality gate sending a bad seam back for
+regeneration. The state machine in ``factory.db.state`` is the only writer of a job's stage.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from enum import StrEnum
+from typing import Any
+
+
+class Stage(StrEnum):
+    QUEUED = "queued"
+    GENERATE = "generate"
+    ENCODE = "encode"
+    MUX = "mux"
+    QC = "qc"
+    DELIVER = "deliver"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in TERMINAL
+
+
+PIPELINE: tuple[Stage, ...] = (
+    Stage.QUEUED,
+    Stage.GENERATE,
+    Stage.ENCODE,
+    Stage.MUX,
+    Stage.QC,
+    Stage.DELIVER,
+    Stage.DONE,
+)
+TERMINAL = frozenset({Stage.DONE, Stage.FAILED, Stage.CANCELLED})
+ACTIVE = tuple(s for s in PIPELINE if s not in TERMINAL)
+REQUEUE_TARGETS = ACTIVE  # a requeue restarts the job at one of these
+
+# Transitions a worker may make, besides `failed` and `cancelled` from any active stage.
+_FORWARD = dict(itertools.pairwise(PIPELINE))
+_EXTRA = {(Stage.QC, Stage.GENERATE)}
+
+
+def is_legal(current: Stage, target: Stage) -> bool:
+    if current in TERMINAL:
+        return False
+    if target in (Stage.FAILED, Stage.CANCELLED):
+        return True
+    return _FORWARD.get(current) == target or (current, target) in _EXTRA
+
+
+def legal_targets(current: Stage) -> list[Stage]:
+    return [t for t in Stage if is_legal(current, t)]
+
+
+def order(stage: Stage) -> int:
+    return PIPELINE.index(stage)
+
+
+# What each stage writes into `progress`; a requeue from a stage clears it and everything after.
+STAGE_KEYS: dict[Stage, tuple[str, ...]] = {
+    Stage.GENERATE: ("frame", "segments", "segment_seconds"),
+    Stage.ENCODE: ("encode",),
+    Stage.MUX: ("mux",),
+    Stage.QC: ("qc",),
+    Stage.DELIVER: ("deliver",),
+}
+
+
+def initial_progress(frames_total: int, segments_total: int) -> dict[str, Any]:
+    return {
+        "frame": 0,
+        "frames_total": frames_total,
+        "segments": [],
+        "segments_total": segments_total,
+        "segment_seconds": {},
+        "timings": {},
+    }
+
+
+def reset_progress(progress: dict[str, Any], start: Stage) -> dict[str, Any]:
+    """Progress with the work of ``start`` and every later stage forgotten; earlier work kept."""
+    fresh = initial_progress(progress.get("frames_total", 0), progress.get("segments_total", 0))
+    result = copy.deepcopy(progress)
+    for stage in PIPELINE[order(start) :]:
+        for key in STAGE_KEYS.get(stage, ()):
+            if key in fresh:
+                result[key] = copy.deepcopy(fresh[key])
+            else:
+                result.pop(key, None)
+        result.setdefault("timings", {}).pop(stage.value, None)
+    return result

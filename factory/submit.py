@@ -1,0 +1,43 @@
+"""Idempotent submission: a validated manifest becomes one job per video, in one transaction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from factory.db.state import Job, JobStateMachine
+from factory.errors import SpecConflict
+from factory.idempotency import SubmitTokens
+from factory.manifest import Manifest
+
+
+@dataclass(frozen=True)
+class Submitted:
+    jobs: list[Job]  # in manifest order
+    created: list[str]  # ids created by this call; empty on a resubmission
+    fast_path: bool  # answered from the Redis tokens and a read, without a write transaction
+
+
+def submit(manifest: Manifest, machine: JobStateMachine, tokens: SubmitTokens | None) -> Submitted:
+    hashes = {video.job_id: video.sha256() for video in manifest.videos}
+    claims = tokens.claim(hashes) if tokens else None
+    if claims and claims.all_seen_before:
+        found = machine.find(hashes)
+        if all(j in found and found[j].spec_sha256 == h for j, h in hashes.items()):
+            return Submitted(jobs=[found[j] for j in hashes], created=[], fast_path=True)
+    try:
+        with machine.database.transaction() as conn:
+            results = machine.create(conn, manifest.source, manifest.videos)
+            for index, result in enumerate(results):
+                if not result.created and result.job.spec_sha256 != hashes[result.job.job_id]:
+                    raise SpecConflict(result.job.job_id, f"videos[{index}]")
+    except BaseException:
+        if tokens and claims:
+            tokens.release(claims.ours)
+        raise
+    if tokens:
+        tokens.confirm(hashes)
+    return Submitted(
+        jobs=[r.job for r in results],
+        created=[r.job.job_id for r in results if r.created],
+        fast_path=False,
+    )

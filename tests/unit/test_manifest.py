@@ -1,0 +1,178 @@
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from factory.errors import ManifestError
+from factory.manifest import MAX_MANIFEST_BYTES, load_manifest, parse_manifest
+from factory.spec import VideoSpec
+
+BAD = Path(__file__).parent.parent / "data" / "bad_manifests"
+JSON_EXPECTATIONS = {
+    "json_duplicate_key.json": ("", "duplicate key 'batch'"),
+    "json_wrong_type.json": ("videos[0].fps", "valid integer"),
+}
+
+
+def bad_manifest_cases() -> list[tuple[Path, str, str]]:
+    cases = []
+    for path in sorted(BAD.iterdir()):
+        if path.suffix == ".json":
+            expect, says = JSON_EXPECTATIONS[path.name]
+        else:
+            header = path.read_text().splitlines()[:2]
+            expect = re.fullmatch(r"# expect: ?(.*)", header[0])[1]
+            says = re.fullmatch(r"# says: (.*)", header[1])[1]
+        cases.append((path, expect, says))
+    return cases
+
+
+BAD_CASES = bad_manifest_cases()
+
+
+def test_the_corpus_is_large_enough():
+    assert len(BAD_CASES) >= 25
+
+
+@pytest.mark.parametrize(("path", "expect", "says"), BAD_CASES, ids=[c[0].name for c in BAD_CASES])
+def test_bad_manifest_names_the_field_and_the_rule(path: Path, expect: str, says: str):
+    with pytest.raises(ManifestError) as caught:
+        load_manifest(path)
+    problems = caught.value.problems
+    matching = [p for p in problems if p.path == expect]
+    assert matching, f"no problem at {expect!r}; got {[str(p) for p in problems]}"
+    assert any(says in p.message for p in matching), [str(p) for p in matching]
+    assert caught.value.exit_code == 2
+
+
+NIGHTLY = """
+batch: nightly-2026-11-29
+defaults:
+  fps: 24
+  resolution: 640x360
+  duration: 120
+  segment: {frames: 48, overlap: 8}
+  renditions: [master, compat]
+videos:
+  - id: harbor
+    seed: 7
+    scenes:
+      - {start: 0, prompt: "A harbor at dawn"}
+      - {start: 40, end: 80, prompt: "Boats leave"}
+      - {start: 80, prompt: "Seagulls over the water"}
+  - prompt: "a forest"
+    duration: 30
+    fps: 16
+    model: {family: timed, seconds_per_segment: 0.5}
+    audio: {asset: beds/forest.wav, gain_db: -6}
+"""
+
+
+def test_defaults_apply_and_videos_override():
+    manifest = parse_manifest(NIGHTLY)
+    harbor, forest = manifest.videos
+    assert harbor.job_id == "nightly-2026-11-29.harbor"
+    assert (harbor.fps, harbor.width, harbor.height, harbor.duration) == (24, 640, 360, 120.0)
+    assert [(s.start, s.end) for s in harbor.scenes] == [(0, 40), (40, 80), (80, 120)]
+    assert harbor.renditions == ("master", "compat")
+    assert harbor.model.family == "procedural" and harbor.audio is None
+    assert (forest.fps, forest.duration, forest.frames_total) == (16, 30.0, 480)
+    assert forest.model.seconds_per_segment == 0.5
+    assert forest.audio is not None and forest.audio.gain_db == -6
+    assert (forest.segment_frames, forest.segment_overlap) == (48, 8)
+
+
+def test_unnamed_video_gets_a_stable_id_and_seed_from_its_content():
+    first = parse_manifest(NIGHTLY).videos[1]
+    again = parse_manifest(NIGHTLY).videos[1]
+    changed = parse_manifest(NIGHTLY.replace('"a forest"', '"a pine forest"')).videos[1]
+    assert first.video_id == again.video_id and first.video_id.startswith("v-")
+    assert first.seed == again.seed
+    assert changed.video_id != first.video_id and changed.seed != first.seed
+
+
+def test_batch_name_does_not_change_a_derived_video_id():
+    other = parse_manifest(NIGHTLY, batch="nightly-2026-11-30").videos[1]
+    assert other.video_id == parse_manifest(NIGHTLY).videos[1].video_id
+    assert other.job_id == f"nightly-2026-11-30.{other.video_id}"
+
+
+def test_prompt_and_single_scene_are_the_same_canonical_spec():
+    a = parse_manifest("batch: b\nvideos:\n  - {id: x, prompt: hello, duration: 5}\n")
+    b = parse_manifest(
+        "batch: b\nvideos:\n  - id: x\n    duration: 5.0\n    scenes: [{start: 0, prompt: hello}]\n"
+    )
+    assert a.videos[0].canonical_json() == b.videos[0].canonical_json()
+    assert a.videos[0].sha256() == b.videos[0].sha256()
+
+
+def test_canonical_spec_round_trips():
+    for video in parse_manifest(NIGHTLY).videos:
+        assert VideoSpec.from_dict(json.loads(video.canonical_json())) == video
+
+
+def test_json_manifest_is_accepted(tmp_path: Path):
+    path = tmp_path / "m.json"
+    path.write_text(
+        json.dumps({"batch": "j", "videos": [{"id": "a", "prompt": "x", "duration": 3}]})
+    )
+    assert load_manifest(path).videos[0].job_id == "j.a"
+
+
+def test_date_like_batch_stays_a_string():
+    manifest = parse_manifest("batch: 2026-11-29\nvideos:\n  - {id: a, prompt: x, duration: 2}\n")
+    assert manifest.batch == "2026-11-29"
+
+
+def test_batch_override_is_validated():
+    with pytest.raises(ManifestError) as caught:
+        parse_manifest(NIGHTLY, batch="no/slashes")
+    assert caught.value.problems[0].path == "batch (--batch)"
+
+
+def test_every_problem_is_reported_at_once():
+    text = (
+        "batch: b\nvideos:\n  - {id: a, prompt: ok, duration: -1}\n"
+        "  - {id: b, prompt: ok, duration: 5, fps: 0}\n"
+    )
+    with pytest.raises(ManifestError) as caught:
+        parse_manifest(text)
+    assert {p.path for p in caught.value.problems} == {"videos[0].duration", "videos[1].fps"}
+    assert "2 problems" in str(caught.value)
+
+
+def test_oversized_file_is_refused_before_parsing(tmp_path: Path):
+    path = tmp_path / "big.yaml"
+    path.write_text("batch: b\n# " + "x" * MAX_MANIFEST_BYTES + "\n")
+    with pytest.raises(ManifestError, match="the limit is 1024 KiB"):
+        load_manifest(path)
+
+
+def test_missing_file_is_bad_input(tmp_path: Path):
+    with pytest.raises(ManifestError, match="cannot read"):
+        load_manifest(tmp_path / "nope.yaml")
+
+
+def test_non_utf8_file_is_bad_input(tmp_path: Path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes("batch: caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ManifestError, match="not UTF-8"):
+        load_manifest(path)
+
+
+def test_deep_nesting_is_refused():
+    deep = "batch: b\nx: " + "[" * 200 + "]" * 200 + "\n"
+    with pytest.raises(ManifestError, match="nesting deeper"):
+        parse_manifest(deep)
+
+
+def test_alias_bomb_is_refused_without_expanding():
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"]
+    for i in range(1, 9):
+        prev, cur = chr(ord("a") + i - 1), chr(ord("a") + i)
+        levels.append(f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 10) + "]")
+    with pytest.raises(ManifestError, match="aliases"):
+        parse_manifest("\n".join(levels) + "\n")
