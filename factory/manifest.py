@@ -198,7 +198,7 @@ class VideoEntry(VideoSettings):
 class ManifestDocument(_Strict):
     batch: SafeId
     defaults: VideoSettings = VideoSettings()
-    videos: list[VideoEntry] = Field(min_length=1, max_length=MAX_VIDEOS)
+    videos: list[Any] = Field(min_length=1, max_length=MAX_VIDEOS)  # each one validated alone
 
 
 _BUILTIN_DEFAULTS: dict[str, Any] = {
@@ -258,23 +258,41 @@ def parse_manifest(
         raise ManifestError(source, [FieldProblem("", message)])
     if batch is not None:
         raw = {**raw, "batch": batch}
+    problems: list[FieldProblem] = []
+    document: ManifestDocument | None = None
     try:
         document = ManifestDocument.model_validate(raw)
     except ValidationError as exc:
-        problems = _problems_from(exc, batch_overridden=batch is not None)
-        raise ManifestError(source, problems) from None
-    problems: list[FieldProblem] = []
-    videos = [_resolve(document, index, problems) for index in range(len(document.videos))]
-    _check_unique_ids(videos, problems)
-    if problems:
+        problems += _problems_from(exc, batch_overridden=batch is not None)
+    entries = _entries(raw.get("videos"), problems)
+    if document is not None:
+        videos = [
+            _resolve(document, entry, index, problems) if entry else None
+            for index, entry in enumerate(entries)
+        ]
+        _check_unique_ids(videos, problems)
+    if problems or document is None:
         raise ManifestError(source, problems)
     return Manifest(source=source, batch=document.batch, videos=tuple(v for v in videos if v))
 
 
+def _entries(raw_videos: Any, problems: list[FieldProblem]) -> list[VideoEntry | None]:
+    """Each video validated on its own, so that one bad video does not hide another's problems."""
+    if not isinstance(raw_videos, list) or len(raw_videos) > MAX_VIDEOS:
+        return []
+    entries: list[VideoEntry | None] = []
+    for index, item in enumerate(raw_videos):
+        try:
+            entries.append(VideoEntry.model_validate(item))
+        except ValidationError as exc:
+            problems += _problems_from(exc, prefix=("videos", index))
+            entries.append(None)
+    return entries
+
+
 def _resolve(
-    document: ManifestDocument, index: int, problems: list[FieldProblem]
+    document: ManifestDocument, entry: VideoEntry, index: int, problems: list[FieldProblem]
 ) -> VideoSpec | None:
-    entry = document.videos[index]
     here = f"videos[{index}]"
     origin: dict[str, str] = {}
     values: dict[str, Any] = dict(_BUILTIN_DEFAULTS)
@@ -380,10 +398,12 @@ def _check_unique_ids(videos: list[VideoSpec | None], problems: list[FieldProble
             problems.append(FieldProblem(f"videos[{index}].id", message))
 
 
-def _problems_from(exc: ValidationError, *, batch_overridden: bool) -> list[FieldProblem]:
+def _problems_from(
+    exc: ValidationError, *, batch_overridden: bool = False, prefix: tuple[Any, ...] = ()
+) -> list[FieldProblem]:
     problems = []
     for error in exc.errors(include_url=False):
-        path = _format_loc(error["loc"])
+        path = _format_loc(prefix + tuple(error["loc"]))
         if path == "batch" and batch_overridden:
             path = "batch (--batch)"
         problems.append(FieldProblem(path, _describe(error)))

@@ -137,11 +137,19 @@ def test_every_problem_is_reported_at_once():
     text = (
         "batch: b\nvideos:\n  - {id: a, prompt: ok, duration: -1}\n"
         "  - {id: b, prompt: ok, duration: 5, fps: 0}\n"
+        "  - {id: c, prompt: ok, duration: 5}\n"
+        "  - {id: c, prompt: again, duration: 5}\n"
+        "  - {id: d, duration: 5}\n"
     )
     with pytest.raises(ManifestError) as caught:
         parse_manifest(text)
-    assert {p.path for p in caught.value.problems} == {"videos[0].duration", "videos[1].fps"}
-    assert "2 problems" in str(caught.value)
+    assert [p.path for p in caught.value.problems] == [
+        "videos[0].duration",
+        "videos[1].fps",
+        "videos[4].prompt",
+        "videos[3].id",
+    ]
+    assert "4 problems" in str(caught.value)
 
 
 def test_oversized_file_is_refused_before_parsing(tmp_path: Path):
