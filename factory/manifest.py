@@ -107,8 +107,8 @@ class SegmentSettings(_Strict):
     @classmethod
     def _overlap_below_frames(cls, overlap: int, info: ValidationInfo) -> int:
         frames = info.data.get("frames")
-        if frames is not None and overlap >= frames:
-            raise ValueError(f"{overlap} must be smaller than segment.frames ({frames})")
+        if frames is not None and 2 * overlap > frames:
+            raise ValueError(f"{overlap} must be at most half of segment.frames ({frames})")
         return overlap
 
 

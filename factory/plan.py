@@ -1,21 +1,110 @@
 """Segment planning: pure arithmetic over frame counts (no torch, no I/O).
 
-A video of N frames is generated as segments of L frames. Segment 0 produces output
-frames [0, L). Every later segment is conditioned on the last O frames of the one before
-and so adds L - O new frames. A video shorter than one segment is one segment whose
-frames past N are discarded; the last segment is generated at full length and trimmed.
+A video of N output frames is generated as segments of L frames. Segment k's generated
+frame j lands on output frame ``k * (L - O) + j``: every segment after the first starts on
+the last O frames of the one before (it is conditioned on them), so it adds L - O new
+frames. The overlap is cross-faded by the stitcher, so segment k *writes*
+
+- the output frames ``[k * (L - O), (k + 1) * (L - O))``: the O blended frames first, then
+  its own; its last O generated frames are its *tail*, the context for segment k + 1;
+- the last segment writes everything from its start to N, tail included.
+
+Exact behaviour at the edges:
+
+- a video shorter than one segment (N <= L) is one segment; frames past N are discarded;
+- the last segment is always generated at full length L (models want fixed lengths) and
+  trimmed to N;
+- frame counts that do not divide: the last segment writes between 1 and L frames.
+
+The segments' written ranges are consecutive and cover [0, N) exactly once.
+Each segment takes the prompt of the scene in which its first new (not overlapped) frame
+falls; a scene boundary at t seconds is output frame round(t * fps).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SegmentPlan:
+    index: int
+    first_frame: int  # output frame of generated frame 0
+    frames: int  # L, generated
+    context: int  # generated frames that overlap the previous segment's tail (0 for index 0)
+    write_start: int  # output frames this segment writes: [write_start, write_end)
+    write_end: int
+    scene: int  # index of the scene whose prompt it uses
+    is_last: bool
+
+    @property
+    def write_count(self) -> int:
+        return self.write_end - self.write_start
+
+    @property
+    def tail(self) -> int:
+        """How many of its last generated frames are kept as the next segment's context."""
+        return 0 if self.is_last else self.frames - self.write_count
 
 
 def segment_count(frames_total: int, segment_frames: int, overlap: int) -> int:
-    if frames_total < 1:
-        raise ValueError(f"frames_total must be >= 1, got {frames_total}")
-    if not 0 <= overlap < segment_frames:
-        raise ValueError(f"need 0 <= overlap < segment_frames, got {overlap}, {segment_frames}")
+    _check(frames_total, segment_frames, overlap)
     if frames_total <= segment_frames:
         return 1
     return 1 + math.ceil((frames_total - segment_frames) / (segment_frames - overlap))
+
+
+def plan_segments(
+    frames_total: int,
+    segment_frames: int,
+    overlap: int,
+    scene_starts: Sequence[int] = (0,),
+) -> list[SegmentPlan]:
+    """The segments of a video; ``scene_starts`` are the scenes' first output frames."""
+    count = segment_count(frames_total, segment_frames, overlap)
+    if not scene_starts or scene_starts[0] != 0 or list(scene_starts) != sorted(scene_starts):
+        raise ValueError(f"scene_starts must start at 0 and increase, got {list(scene_starts)}")
+    step = segment_frames - overlap
+    plans = []
+    for index in range(count):
+        first = index * step
+        last = index == count - 1
+        write_end = frames_total if last else first + step
+        new_from = min(first + (overlap if index else 0), write_end - 1)
+        plans.append(
+            SegmentPlan(
+                index=index,
+                first_frame=first,
+                frames=segment_frames,
+                context=overlap if index else 0,
+                write_start=first,
+                write_end=write_end,
+                scene=_scene_at(new_from, scene_starts),
+                is_last=last,
+            )
+        )
+    return plans
+
+
+def scene_start_frames(scene_starts_seconds: Sequence[float], fps: int) -> list[int]:
+    return [round(seconds * fps) for seconds in scene_starts_seconds]
+
+
+def _scene_at(frame: int, scene_starts: Sequence[int]) -> int:
+    scene = 0
+    for index, start in enumerate(scene_starts):
+        if start <= frame:
+            scene = index
+    return scene
+
+
+def _check(frames_total: int, segment_frames: int, overlap: int) -> None:
+    if frames_total < 1:
+        raise ValueError(f"frames_total must be >= 1, got {frames_total}")
+    if not 0 <= overlap <= segment_frames // 2 or segment_frames < 2:
+        raise ValueError(
+            f"need segment_frames >= 2 and 0 <= overlap <= segment_frames / 2, "
+            f"got {segment_frames}, {overlap}"
+        )
