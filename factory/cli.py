@@ -7,7 +7,10 @@ naming the field; 1 any other failure. No traceback unless `--debug`.
 from __future__ import annotations
 
 import json
+import os
+import socket
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -24,7 +27,11 @@ from factory.db.session import Database
 from factory.db.state import Event, Job
 from factory.errors import BadInput, FactoryError
 from factory.manifest import load_manifest
+from factory.pipeline.context import StageContext
+from factory.pipeline.runner import run_job
+from factory.runview import RunDisplay, summary_table
 from factory.stages import REQUEUE_TARGETS, Stage
+from factory.store import open_store
 from factory.submit import submit as submit_manifest
 
 try:  # typer >= 0.2x carries its own copy of click
@@ -155,6 +162,74 @@ def submit(
     err.print(
         f"{fresh} created, {len(result.jobs) - fresh} already submitted (batch {parsed.batch})"
     )
+
+
+@app.command()
+def run(
+    manifest: Path = typer.Argument(..., help="Manifest file (YAML, or JSON)."),
+    batch: str | None = typer.Option(None, "--batch", help="Override the manifest's batch name."),
+    stitch_strength: float = typer.Option(
+        1.0, "--stitch-strength", min=0.0, max=1.0, help="Seam colour alignment, 0 (off) to 1."
+    ),
+) -> None:
+    """Submit a manifest and run every stage of its jobs in this process (no servers needed).
+
+    Exits 1 if any job did not finish; `factory requeue` and a second `factory run` continue.
+    """
+    parsed = load_manifest(manifest, batch=batch)
+    factory = _factory()
+    submitted = submit_manifest(parsed, factory.jobs, factory.tokens)
+    settings = factory.settings
+    ctx = StageContext(
+        machine=factory.jobs,
+        store=open_store(settings.store_url),
+        work_root=settings.home / "work",
+        stitch_strength=stitch_strength,
+    )
+    worker = f"{socket.gethostname()}/run-{os.getpid()}"
+    finished, seconds = [], {}
+    with RunDisplay(err, submitted.jobs) as display:
+        for job in submitted.jobs:
+            started = time.monotonic()
+            finished.append(run_job(ctx, job.job_id, worker=worker, observer=display))
+            seconds[job.job_id] = time.monotonic() - started
+    out.print(summary_table(finished, seconds))
+    failed = [j for j in finished if j.stage is not Stage.DONE]
+    store_root = settings.store_url
+    out.print(
+        f"{len(finished) - len(failed)} of {len(finished)} videos delivered to "
+        f"{store_root}/{parsed.batch}/"
+    )
+    if failed:
+        err.print(
+            f"{len(failed)} job(s) did not finish: `factory status JOB` says why, "
+            "`factory requeue JOB` continues"
+        )
+        raise typer.Exit(1)
+
+
+store_app = typer.Typer(
+    help="The object store (FACTORY_STORE_URL): assets in, outputs out.", no_args_is_help=True
+)
+app.add_typer(store_app, name="store")
+
+
+@store_app.command("put")
+def store_put(
+    source: Path = typer.Argument(..., exists=True, dir_okay=False, help="Local file."),
+    key: str = typer.Argument(..., help="Key in the store, e.g. beds/harbor.flac."),
+) -> None:
+    """Copy a local file (an audio bed, say) into the store under KEY."""
+    store = open_store(Settings.from_env().store_url)
+    store.put_file(key, source)
+    out.print(store.url_for(key))
+
+
+@store_app.command("ls")
+def store_ls(prefix: str = typer.Argument("", help="Key prefix, e.g. nightly/harbor.")) -> None:
+    """List the keys under PREFIX."""
+    for key in open_store(Settings.from_env().store_url).list(prefix):
+        out.print(key)
 
 
 # --- following jobs ----------------------------------------------------------------

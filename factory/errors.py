@@ -102,3 +102,24 @@ class StaleAttempt(PermanentError):
     def __init__(self, job_id: str, held: int, reason: str) -> None:
         self.job_id, self.held, self.reason = job_id, held, reason
         super().__init__(f"job {job_id}: attempt {held} is stale ({reason}); nothing was written")
+
+
+class MediaError(PermanentError):
+    """ffmpeg failed: carries the command, its exit code and the end of its stderr."""
+
+    def __init__(self, argv: Sequence[str], returncode: int, stderr_tail: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr_tail = stderr_tail
+        tool = self.argv[0].rsplit("/", 1)[-1] if self.argv else "ffmpeg"
+        super().__init__(
+            f"{tool} exited with {returncode}: {stderr_tail.strip()[-500:] or '(no output)'}"
+        )
+
+
+class QualityGateFailed(PermanentError):
+    """The outputs were made but fail a check; the job stops before delivery."""
+
+    def __init__(self, failures: Sequence[str]) -> None:
+        self.failures = list(failures)
+        super().__init__("quality gate failed: " + "; ".join(self.failures))

@@ -273,7 +273,15 @@ class JobStateMachine:
             if result.rowcount == 0:
                 raise self._fenced(conn, job_id, attempt)
 
-    def fail(self, job_id: str, *, attempt: int, kind: str, message: str) -> Job:
+    def fail(
+        self,
+        job_id: str,
+        *,
+        attempt: int,
+        kind: str,
+        message: str,
+        detail: dict[str, Any] | None = None,
+    ) -> Job:
         """Stop the job in `failed`, keeping where it stopped and why for `status` and `requeue`."""
         with self.database.transaction() as conn:
             job = self._read(conn, job_id, lock=True)
@@ -288,6 +296,7 @@ class JobStateMachine:
                 "message": message,
                 "at": now.isoformat(),
                 "attempt": attempt,
+                **(detail or {}),
             }
             values = {
                 "stage": Stage.FAILED.value,
@@ -304,7 +313,7 @@ class JobStateMachine:
                 "failed",
                 attempt,
                 job.trace_id,
-                {"from": job.stage.value, "kind": kind, "message": message},
+                {"from": job.stage.value, "kind": kind, "message": message, **(detail or {})},
             )
             return self._read(conn, job_id)
 

@@ -1,0 +1,32 @@
+"""Generator backends behind one interface; GPU code lives only in this package."""
+
+from __future__ import annotations
+
+from factory.errors import PermanentError
+from factory.generate.base import Frames, Generator, PromptEmbedding, SegmentSpec, segment_seed
+from factory.generate.procedural import ProceduralGenerator
+from factory.generate.timed import TimedGenerator
+from factory.spec import DIFFUSERS_FAMILIES, ModelChoice
+
+__all__ = [
+    "Frames",
+    "Generator",
+    "PromptEmbedding",
+    "SegmentSpec",
+    "make_generator",
+    "segment_seed",
+]
+
+
+def make_generator(model: ModelChoice) -> Generator:
+    if model.family == "procedural":
+        return ProceduralGenerator()
+    if model.family == "timed":
+        assert model.seconds_per_segment is not None
+        return TimedGenerator(model.seconds_per_segment)
+    if model.family in DIFFUSERS_FAMILIES:
+        raise PermanentError(
+            f"model family {model.family} needs the diffusers backend, which this build does "
+            "not include yet; use `procedural` or `timed`"
+        )
+    raise PermanentError(f"unknown model family {model.family!r}")

@@ -1,0 +1,53 @@
+"""The generator interface: what every backend (procedural, timed, diffusers) provides.
+
+Generators are loaded once per worker process and know nothing of the database or the
+store: they turn (segment, prompt, context frames, seed) into frames.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+Frames = np.ndarray  # [T, H, W, 3] uint8, RGB
+
+
+@dataclass(frozen=True)
+class SegmentSpec:
+    index: int
+    frames: int  # how many frames to generate
+    width: int
+    height: int
+    fps: int
+    first_frame: int  # output frame index of generated frame 0 (time = first_frame / fps)
+    context: int  # how many leading frames continue the given context frames
+
+
+@dataclass(frozen=True)
+class PromptEmbedding:
+    model: str  # which model (and text encoder) made it
+    prompt: str
+    negative_prompt: str
+    data: Any  # backend-specific: tensors for diffusers, parameters for procedural
+
+
+class Generator(Protocol):
+    name: str
+
+    def load(self, device: str) -> None: ...
+
+    def encode_prompt(self, prompt: str, negative_prompt: str = "") -> PromptEmbedding: ...
+
+    def generate(
+        self, seg: SegmentSpec, prompt: PromptEmbedding, context: Frames | None, seed: int
+    ) -> Frames: ...
+
+
+def segment_seed(job_seed: int, segment: int, regeneration: int = 0) -> int:
+    """The seed of one segment: fixed by the job's seed, so a resumed job makes the same frames;
+    a QC regeneration asks for a different one."""
+    text = f"{job_seed}:{segment}" + (f":{regeneration}" if regeneration else "")
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")

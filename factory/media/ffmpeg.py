@@ -1,0 +1,113 @@
+"""Running ffmpeg: one function for commands, one writer for raw frames piped to stdin."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from types import TracebackType
+
+import numpy as np
+
+from factory.errors import MediaError
+
+STDERR_TAIL = 4000
+QUIET = ("-hide_banner", "-nostdin", "-loglevel", "error", "-y")
+
+
+@functools.cache
+def ffmpeg_exe() -> str:
+    import imageio_ffmpeg
+
+    return imageio_ffmpeg.get_ffmpeg_exe()
+
+
+def run(argv: Sequence[str], *, timeout: float | None = None) -> None:
+    """Run one ffmpeg command; a non-zero exit raises MediaError with the stderr tail."""
+    try:
+        done = subprocess.run(
+            list(argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as exc:
+        tail = (exc.stderr or b"").decode(errors="replace")[-STDERR_TAIL:]
+        raise MediaError(argv, -9, f"timed out after {timeout} s; {tail}") from None
+    if done.returncode != 0:
+        raise MediaError(argv, done.returncode, done.stderr.decode(errors="replace")[-STDERR_TAIL:])
+
+
+@functools.cache
+def has_filter(name: str) -> bool:
+    done = subprocess.run(
+        [ffmpeg_exe(), "-hide_banner", "-filters"], capture_output=True, text=True
+    )
+    return any(line.split()[1:2] == [name] for line in done.stdout.splitlines())
+
+
+class RawVideoWriter:
+    """Feeds rgb24 frames to an ffmpeg process reading ``-f rawvideo -i -``."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.argv = list(argv)
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in close/abort
+        self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stderr=self._stderr)
+
+    def write(self, frames: np.ndarray) -> None:
+        assert frames.dtype == np.uint8 and frames.ndim == 4 and frames.shape[-1] == 3
+        assert self._proc.stdin is not None
+        try:
+            self._proc.stdin.write(np.ascontiguousarray(frames).tobytes())
+        except BrokenPipeError:
+            self._fail()
+
+    def close(self) -> None:
+        assert self._proc.stdin is not None
+        with suppress(BrokenPipeError):
+            self._proc.stdin.close()
+        if self._proc.wait() != 0:
+            self._fail()
+        self._stderr.close()
+
+    def abort(self) -> None:
+        self._proc.kill()
+        self._proc.wait()
+        self._stderr.close()
+
+    def _fail(self) -> None:
+        self._proc.kill()
+        returncode = self._proc.wait()
+        self._stderr.seek(0)
+        tail = self._stderr.read().decode(errors="replace")[-STDERR_TAIL:]
+        self._stderr.close()
+        raise MediaError(self.argv, returncode, tail)
+
+    def __enter__(self) -> RawVideoWriter:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        if kind is None:
+            self.close()
+        else:
+            self.abort()
+
+
+@contextmanager
+def atomic_output(path: Path) -> Iterator[Path]:
+    """A temporary path beside ``path``, renamed onto it only if the block succeeds.
+
+    The temporary name keeps the real extension last (``x.part-123.mkv``) so ffmpeg still
+    picks the container from it; a crash leaves only ``*.part-*`` files, never a half
+    ``x.mkv`` that would count as done.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f"{path.stem}.part-{os.getpid()}{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)

@@ -1,0 +1,38 @@
+"""What every stage function needs, built once per process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from factory.db.state import Job, JobStateMachine
+from factory.generate import Generator, make_generator
+from factory.spec import ModelChoice, VideoSpec
+from factory.store.base import Store
+
+CHUNK_SECONDS = 10.0  # encode this much video per chunk, as soon as its segments exist
+
+
+@dataclass
+class StageContext:
+    machine: JobStateMachine
+    store: Store
+    work_root: Path  # local scratch space (concat lists, temporary files)
+    stitch_strength: float = 1.0
+    device: str = "cpu"
+    on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk
+    _generators: dict[ModelChoice, Generator] = field(default_factory=dict)
+
+    def generator(self, model: ModelChoice) -> Generator:
+        """One generator per model, loaded once and kept warm for the next segments."""
+        if model not in self._generators:
+            generator = make_generator(model)
+            generator.load(self.device)
+            self._generators[model] = generator
+        return self._generators[model]
+
+    def work_dir(self, video: VideoSpec) -> Path:
+        path = self.work_root / video.batch / video.video_id
+        path.mkdir(parents=True, exist_ok=True)
+        return path

@@ -1,0 +1,164 @@
+"""The encode stage: every rendition encoded chunk by chunk, then joined without re-encoding.
+
+A chunk is a run of consecutive segments (about ``CHUNK_SECONDS`` of video). Chunks can be
+encoded as soon as their segments are stored, while later segments are still being
+generated (``ChunkEncoder``), so that little is left to do after the last segment. Every
+chunk starts with a keyframe and keyframes follow every 2 s inside it, so the joined video
+keeps GOPs of at most 2 s; the join writes each chunk's exact duration (frames / fps).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from factory.db.state import Job
+from factory.media.concat import concat_copy_argv, ffconcat
+from factory.media.ffmpeg import atomic_output, ffmpeg_exe, run
+from factory.media.presets import PRESETS, encode_argv
+from factory.pipeline.context import CHUNK_SECONDS, StageContext
+from factory.pipeline.generate import video_plan
+from factory.plan import SegmentPlan
+from factory.spec import VideoSpec
+from factory.stages import Stage
+from factory.store import keys
+
+
+@dataclass(frozen=True)
+class Chunk:
+    index: int
+    segments: tuple[SegmentPlan, ...]
+
+    @property
+    def frames(self) -> int:
+        return sum(s.write_count for s in self.segments)
+
+
+def plan_chunks(video: VideoSpec) -> list[Chunk]:
+    plans = video_plan(video)
+    step = video.segment_frames - video.segment_overlap
+    per_chunk = max(1, math.ceil(CHUNK_SECONDS * video.fps / step))
+    return [
+        Chunk(i // per_chunk, tuple(plans[i : i + per_chunk]))
+        for i in range(0, len(plans), per_chunk)
+    ]
+
+
+def encode_chunk(ctx: StageContext, video: VideoSpec, chunk: Chunk, rendition: str) -> None:
+    preset = PRESETS[rendition]
+    work = ctx.work_dir(video)
+    listing = work / f"chunk-{rendition}-{chunk.index:05d}.ffconcat"
+    entries = []
+    for segment in chunk.segments:
+        with ctx.store.local_path(keys.segment(video.batch, video.video_id, segment.index)) as p:
+            entries.append((p, segment.write_count))
+    listing.write_text(ffconcat(entries, video.fps))
+    target = work / f"chunk-{rendition}-{chunk.index:05d}.mp4"
+    with atomic_output(target) as tmp:
+        run(encode_argv(ffmpeg_exe(), preset, video.fps, (video.width, video.height), listing, tmp))
+    ctx.store.put_file(
+        keys.chunk(video.batch, video.video_id, rendition, chunk.index), target, move=True
+    )
+    listing.unlink(missing_ok=True)
+
+
+def chunks_done(ctx: StageContext, job: Job) -> dict[str, set[int]]:
+    """Chunks recorded as encoded and still present in the store, per rendition."""
+    video = job.video
+    recorded = job.progress.get("encode", {}).get("chunks", {})
+    return {
+        r: {
+            c
+            for c in recorded.get(r, [])
+            if ctx.store.exists(keys.chunk(video.batch, video.video_id, r, c))
+        }
+        for r in video.renditions
+    }
+
+
+def record_chunks(ctx: StageContext, job: Job, done: dict[str, set[int]], total: int) -> Job:
+    encode = {"chunks": {r: sorted(c) for r, c in done.items()}, "chunks_total": total}
+    return ctx.machine.checkpoint(job.job_id, attempt=job.attempt, updates={"encode": encode})
+
+
+def run_encode(ctx: StageContext, job: Job) -> Job:
+    video = job.video
+    chunks = plan_chunks(video)
+    done = chunks_done(ctx, job)
+    for rendition in video.renditions:
+        for chunk in chunks:
+            if chunk.index not in done[rendition]:
+                encode_chunk(ctx, video, chunk, rendition)
+                done[rendition].add(chunk.index)
+                job = record_chunks(ctx, job, done, len(chunks))
+    work = ctx.work_dir(video)
+    joined: dict[str, str] = {}
+    for rendition in video.renditions:
+        entries = []
+        for chunk in chunks:
+            key = keys.chunk(video.batch, video.video_id, rendition, chunk.index)
+            with ctx.store.local_path(key) as path:
+                entries.append((path, chunk.frames))
+        listing = work / f"join-{rendition}.ffconcat"
+        listing.write_text(ffconcat(entries, video.fps))
+        target = work / f"{rendition}.video.mp4"
+        with atomic_output(target) as tmp:
+            run(concat_copy_argv(ffmpeg_exe(), listing, tmp, hevc=PRESETS[rendition].is_hevc))
+        joined[rendition] = keys.joined(video.batch, video.video_id, rendition)
+        ctx.store.put_file(joined[rendition], target, move=True)
+        listing.unlink(missing_ok=True)
+    encode = {
+        "chunks": {r: sorted(c) for r, c in done.items()},
+        "chunks_total": len(chunks),
+        "joined": joined,
+    }
+    job = ctx.machine.checkpoint(job.job_id, attempt=job.attempt, updates={"encode": encode})
+    return ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.MUX)
+
+
+class ChunkEncoder:
+    """Encodes chunks in a background thread while generation goes on (embedded mode).
+
+    Hook it as ``StageContext.on_segment``; ``drain()`` waits for the chunks in flight and
+    re-raises the first failure. Only this thread writes ``progress.encode`` meanwhile.
+    """
+
+    def __init__(self, ctx: StageContext) -> None:
+        self.ctx = ctx
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="chunk-encoder")
+        self._futures: list[Future[None]] = []
+        self._lock = threading.Lock()
+        self._started: set[tuple[str, int]] = set()
+        self._done: dict[str, dict[str, set[int]]] = {}
+
+    def segment_ready(self, job: Job, _segment: int) -> None:
+        stored = set(job.progress["segments"])
+        chunks = plan_chunks(job.video)
+        with self._lock:
+            done = self._done.setdefault(job.job_id, chunks_done(self.ctx, job))
+            for chunk in chunks:
+                ready = all(s.index in stored for s in chunk.segments)
+                fresh = (job.job_id, chunk.index) not in self._started
+                if ready and fresh and not all(chunk.index in done[r] for r in done):
+                    self._started.add((job.job_id, chunk.index))
+                    self._futures.append(self._pool.submit(self._encode, job, chunk, len(chunks)))
+
+    def _encode(self, job: Job, chunk: Chunk, total: int) -> None:
+        done = self._done[job.job_id]
+        for rendition in job.video.renditions:
+            if chunk.index not in done[rendition]:
+                encode_chunk(self.ctx, job.video, chunk, rendition)
+                done[rendition].add(chunk.index)
+        record_chunks(self.ctx, job, done, total)
+
+    def drain(self) -> None:
+        futures, self._futures = self._futures, []
+        errors = [f.exception() for f in futures]
+        first = next((e for e in errors if e is not None), None)
+        if first is not None:
+            raise first
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,73 @@
+"""The mux stage: one AAC track over the whole video (the audio asset looped or padded to
+length, or silence), muxed onto every rendition with the video stream copied."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from factory.db.state import Job
+from factory.errors import PermanentError
+from factory.media.audio import audio_argv, mux_argv
+from factory.media.ffmpeg import atomic_output, ffmpeg_exe, run
+from factory.media.presets import PRESETS
+from factory.pipeline.context import StageContext
+from factory.spec import AudioChoice
+from factory.stages import Stage
+from factory.store import keys
+
+
+def run_mux(ctx: StageContext, job: Job) -> Job:
+    video = job.video
+    work = ctx.work_dir(video)
+    audio_key = keys.audio(video.batch, video.video_id)
+    with _asset_path(ctx, video.audio) as source, atomic_output(work / "audio.m4a") as tmp:
+        gain, loop = (video.audio.gain_db, video.audio.loop) if video.audio else (0.0, True)
+        run(
+            audio_argv(
+                ffmpeg_exe(), source, video.frames_total / video.fps, tmp, gain_db=gain, loop=loop
+            )
+        )
+    ctx.store.put_file(audio_key, work / "audio.m4a", move=True)
+    muxed: dict[str, str] = {}
+    for rendition in video.renditions:
+        target = work / f"{rendition}.mp4"
+        joined_key = keys.joined(video.batch, video.video_id, rendition)
+        with (
+            ctx.store.local_path(joined_key) as joined,
+            ctx.store.local_path(audio_key) as audio,
+            atomic_output(target) as tmp,
+        ):
+            run(mux_argv(ffmpeg_exe(), joined, audio, tmp, hevc=PRESETS[rendition].is_hevc))
+        muxed[rendition] = keys.muxed(video.batch, video.video_id, rendition)
+        ctx.store.put_file(muxed[rendition], target, move=True)
+    job = ctx.machine.checkpoint(
+        job.job_id, attempt=job.attempt, updates={"mux": {"audio": audio_key, "muxed": muxed}}
+    )
+    return ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.QC)
+
+
+@contextmanager
+def _asset_path(ctx: StageContext, audio: AudioChoice | None) -> Iterator[Path | None]:
+    if audio is None:
+        yield None
+        return
+    asset = audio.asset
+    if asset.startswith("file://"):
+        path = Path(unquote(urlparse(asset).path))
+        if not path.is_file():
+            raise PermanentError(f"audio asset {asset} does not exist")
+        yield path
+    elif "://" in asset:
+        raise PermanentError(f"audio asset {asset}: only file:// URLs and store keys work here")
+    else:
+        try:
+            with ctx.store.local_path(asset) as path:
+                yield path
+        except FileNotFoundError:
+            raise PermanentError(
+                f"audio asset {asset!r} is not in the store; add it with "
+                f"`factory store put FILE {asset}` and requeue the job"
+            ) from None

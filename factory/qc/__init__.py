@@ -1,0 +1,1 @@
+"""The quality gate: checks on the outputs, a JSON report, and (later) seam scores and pictures."""

@@ -1,0 +1,78 @@
+"""Seam stitching, one segment at a time (never the whole video in memory).
+
+For a segment that continues a previous tail of O frames:
+
+1. alignment: the per-channel mean and spread of the segment's first O frames are matched
+   to those of the previous tail (``strength`` 0..1 says how far); the correction is full
+   over the overlap and fades out over the rest of the written frames, so the segment
+   returns to its own colours without a visible step;
+2. cross-fade: over the overlap, output frame j is ``(1 - a) * tail[j] + a * new[j]`` with
+   ``a = (j + 1) / (O + 1)``.
+
+The segment then hands back the frames it writes and the tail it keeps for the next one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from factory.plan import SegmentPlan
+
+MAX_SPREAD_RATIO = 2.0
+
+
+@dataclass(frozen=True)
+class Stitched:
+    frames: np.ndarray  # the output frames this segment writes, uint8
+    tail: np.ndarray  # context for the next segment, uint8 (empty for the last)
+
+
+def stitch(
+    plan: SegmentPlan,
+    generated: np.ndarray,
+    previous_tail: np.ndarray | None,
+    strength: float = 1.0,
+) -> Stitched:
+    if not 0.0 <= strength <= 1.0:
+        raise ValueError(f"strength must be within 0..1, got {strength}")
+    if len(generated) != plan.frames:
+        raise ValueError(
+            f"segment {plan.index}: expected {plan.frames} frames, got {len(generated)}"
+        )
+    frames = generated.astype(np.float32)
+    overlap = plan.context if previous_tail is not None else 0
+    if overlap:
+        tail = previous_tail[-overlap:].astype(np.float32)
+        _align(frames, tail, overlap, plan.write_count, strength)
+        weights = (np.arange(1, overlap + 1, dtype=np.float32) / (overlap + 1))[:, None, None, None]
+        frames[:overlap] = (1 - weights) * tail + weights * frames[:overlap]
+    out = np.clip(np.rint(frames), 0, 255).astype(np.uint8)
+    end = plan.write_count
+    return Stitched(frames=out[:end], tail=out[end : end + plan.tail])
+
+
+def channel_stats(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    flat = frames.reshape(-1, frames.shape[-1]).astype(np.float32)
+    return flat.mean(axis=0), flat.std(axis=0)
+
+
+def _align(
+    frames: np.ndarray, tail: np.ndarray, overlap: int, written: int, strength: float
+) -> None:
+    if strength == 0:
+        return
+    new_mean, new_std = channel_stats(frames[:overlap])
+    tail_mean, tail_std = channel_stats(tail)
+    ratio = np.clip(tail_std / np.maximum(new_std, 1e-3), 1 / MAX_SPREAD_RATIO, MAX_SPREAD_RATIO)
+    # Full correction over the overlap, fading to none at the last written frame.
+    fade = np.ones(len(frames), np.float32)
+    span = max(1, written - overlap)
+    fade[overlap:] = np.clip(1 - (np.arange(len(frames) - overlap) + 1) / span, 0, 1)
+    for j in range(len(frames)):
+        w = strength * fade[j]
+        if w == 0:
+            continue
+        corrected = (frames[j] - new_mean) * ratio + tail_mean
+        frames[j] += w * (corrected - frames[j])

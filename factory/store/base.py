@@ -1,0 +1,39 @@
+"""The store interface and the rules every key follows."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Protocol
+
+from factory.errors import BadInput
+
+_PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+class Store(Protocol):
+    url: str
+
+    def put_file(self, key: str, source: Path, *, move: bool = False) -> None: ...
+
+    def put_bytes(self, key: str, data: bytes) -> None: ...
+
+    def exists(self, key: str) -> bool: ...
+
+    def local_path(self, key: str) -> AbstractContextManager[Path]: ...
+
+    def url_for(self, key: str) -> str: ...
+
+    def list(self, prefix: str) -> Iterator[str]: ...
+
+
+def check_key(key: str) -> str:
+    """Keys are relative, '/'-separated, of safe parts: nothing can climb out of the root."""
+    parts = key.split("/")
+    if not key or any(not _PART.match(part) or part in (".", "..") for part in parts):
+        raise BadInput(
+            f"{key!r} is not a valid store key (parts of A-Z a-z 0-9 . _ -, no '..')", field="key"
+        )
+    return key

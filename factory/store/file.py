@@ -1,0 +1,82 @@
+"""The `file://` store: a folder. Writes land under a temporary name and are renamed, so a
+reader never sees a half file under a final key; keys cannot leave the root (checked on the
+key, and again on the resolved path, which also defeats symlinks pointing out)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from factory.errors import BadInput
+from factory.store.base import check_key
+
+
+class FileStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root.resolve()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.url = self.root.as_uri()
+
+    @classmethod
+    def from_url(cls, url: str) -> FileStore:
+        return cls(Path(unquote(urlparse(url).path)))
+
+    def path(self, key: str) -> Path:
+        path = (self.root / check_key(key)).resolve()
+        if not path.is_relative_to(self.root):
+            raise BadInput(f"{key!r} resolves outside the store", field="key")
+        return path
+
+    def put_file(self, key: str, source: Path, *, move: bool = False) -> None:
+        target = self.path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.part-{os.getpid()}")
+        try:
+            if move:
+                os.replace(source, tmp) if _same_device(source, target.parent) else shutil.move(
+                    source, tmp
+                )
+            else:
+                shutil.copyfile(source, tmp)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        target = self.path(key)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.part-{os.getpid()}")
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, target)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def exists(self, key: str) -> bool:
+        return self.path(key).is_file()
+
+    @contextmanager
+    def local_path(self, key: str) -> Iterator[Path]:
+        path = self.path(key)
+        if not path.is_file():
+            raise FileNotFoundError(f"{self.url_for(key)} does not exist")
+        yield path
+
+    def url_for(self, key: str) -> str:
+        return self.path(key).as_uri()
+
+    def list(self, prefix: str) -> Iterator[str]:
+        base = self.path(prefix.rstrip("/")) if prefix.strip("/") else self.root
+        if not base.exists():
+            return
+        for path in sorted(base.rglob("*")):
+            if path.is_file() and not path.name.startswith("."):
+                yield path.relative_to(self.root).as_posix()
+
+
+def _same_device(a: Path, b: Path) -> bool:
+    return os.stat(a).st_dev == os.stat(b).st_dev

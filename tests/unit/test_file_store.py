@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from factory.errors import BadInput
+from factory.store.file import FileStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> FileStore:
+    return FileStore(tmp_path / "store")
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["../x", "a/../../x", "/etc/passwd", "a//b", "", "a/./b", "a\\b", "a/.hidden/../b", "a/b/"],
+)
+def test_keys_that_could_leave_the_root_are_refused(store: FileStore, key: str):
+    with pytest.raises(BadInput):
+        store.put_bytes(key, b"x")
+
+
+def test_a_symlink_out_of_the_root_is_refused(store: FileStore, tmp_path: Path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.symlink(outside, store.root / "escape")
+    with pytest.raises(BadInput, match="outside the store"):
+        store.put_bytes("escape/file", b"x")
+    assert not (outside / "file").exists()
+
+
+def test_put_is_atomic_and_leaves_no_temporary_files(store: FileStore, tmp_path: Path):
+    source = tmp_path / "a.bin"
+    source.write_bytes(b"data" * 1000)
+    store.put_file("b/j/out/master.mp4", source)
+    store.put_bytes("b/j/qc.json", b"{}")
+    assert store.path("b/j/out/master.mp4").read_bytes() == source.read_bytes()
+    assert sorted(store.list("b")) == ["b/j/out/master.mp4", "b/j/qc.json"]
+    assert [p.name for p in store.root.rglob("*") if "part" in p.name] == []
+    store.put_file("b/j/moved.bin", source, move=True)
+    assert not source.exists() and store.exists("b/j/moved.bin")
+
+
+def test_a_failed_write_leaves_the_old_content(store: FileStore, tmp_path: Path):
+    store.put_bytes("k/v.txt", b"old")
+    with pytest.raises(FileNotFoundError):
+        store.put_file("k/v.txt", tmp_path / "missing")
+    assert store.path("k/v.txt").read_bytes() == b"old"
+
+
+def test_local_path_of_a_missing_key(store: FileStore):
+    with pytest.raises(FileNotFoundError), store.local_path("no/such.key"):
+        pass
