@@ -1,0 +1,236 @@
+"""The pipeline with real ffmpeg, on the embedded defaults, as `factory run` runs it."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from factory.app import Factory
+from factory.config import Settings
+from factory.errors import MediaError, NoSuchJob
+from factory.manifest import load_manifest
+from factory.media.ffmpeg import ffmpeg_exe, run
+from factory.media.presets import PRESETS
+from factory.media.probe import probe
+from factory.pipeline.context import StageContext
+from factory.pipeline.encode import run_encode
+from factory.pipeline.generate import run_generate
+from factory.pipeline.mux import run_mux
+from factory.pipeline.runner import run_job
+from factory.stages import Stage
+from factory.store import keys
+from factory.store.file import FileStore
+from factory.submit import submit
+from tests.conftest import REPO, run_cli
+
+BEDS = REPO / "examples" / "assets"
+
+
+def home_env(home: Path) -> dict[str, str]:
+    return {"FACTORY_HOME": str(home), "FACTORY_DATABASE_URL": "", "FACTORY_REDIS_URL": "",
+            "FACTORY_BROKER_URL": "", "FACTORY_STORE_URL": ""}  # fmt: skip
+
+
+def put_beds(env: dict[str, str]) -> None:
+    for bed in BEDS.glob("*.ogg"):
+        assert run_cli("store", "put", str(bed), f"beds/{bed.name}", env=env).returncode == 0
+
+
+def in_process(home: Path) -> tuple[Factory, StageContext]:
+    settings = Settings.from_env(home_env(home))
+    factory = Factory.open(settings)
+    store = FileStore(home / "store")
+    return factory, StageContext(machine=factory.jobs, store=store, work_root=home / "work")
+
+
+def write_manifest(path: Path, body: str) -> Path:
+    path.write_text(body)
+    return path
+
+
+def test_quick_batch_end_to_end(tmp_path: Path):
+    env = home_env(tmp_path / "home")
+    put_beds(env)
+    done = run_cli("run", str(REPO / "examples" / "quick.yaml"), env=env, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "2 of 2 videos delivered" in done.stdout
+    manifest = load_manifest(REPO / "examples" / "quick.yaml")
+    store = FileStore(tmp_path / "home" / "store")
+    for video in manifest.videos:
+        for rendition in video.renditions:
+            facts = probe(store.path(keys.output(video.batch, video.video_id, rendition)))
+            preset = PRESETS[rendition]
+            v, a = facts.video, facts.audio
+            assert v is not None and a is not None
+            assert v.codec == ("hevc" if preset.is_hevc else "h264")
+            assert v.codec_tag == ("hvc1" if preset.is_hevc else "avc1")
+            assert (v.width, v.height) == (320, 192)  # capped: never upscaled
+            assert v.frames == video.frames_total
+            assert abs(v.duration - video.frames_total / video.fps) < 1e-3
+            assert v.max_gop_seconds <= 2.0 and v.open_keyframes == 0
+            assert a.codec == "aac" and abs(v.start - a.start) <= 0.042
+            assert abs(v.duration - a.duration) <= 0.042
+        report = json.loads(store.path(keys.qc_report(video.batch, video.video_id)).read_text())
+        assert report["schema"] == "factory.qc/1" and report["passed"] is True
+        status = json.loads(run_cli("status", video.job_id, "--json", env=env).stdout)
+        assert status["stage"] == "done"
+        assert set(status["progress"]["deliver"]["outputs"]) == {*video.renditions, "qc"}
+    again = run_cli("run", str(REPO / "examples" / "quick.yaml"), env=env)
+    assert again.returncode == 0 and "2 of 2 videos delivered" in again.stdout
+
+
+def test_same_spec_gives_identical_intermediates(tmp_path: Path):
+    manifest = load_manifest(REPO / "examples" / "quick.yaml")
+    digests = []
+    for name in ("a", "b"):
+        factory, ctx = in_process(tmp_path / name)
+        job = submit(manifest, factory.jobs, None).jobs[0]
+        job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="t")
+        run_generate(ctx, job)
+        files = sorted((tmp_path / name / "store" / "quick" / "harbor" / "segments").iterdir())
+        digests.append({f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files})
+    assert len(digests[0]) == 7  # 4 segments, 3 tails
+    assert digests[0] == digests[1]
+
+
+TIMED = """
+batch: crash
+videos:
+  - id: slow
+    prompt: "a slow pan over a harbor"
+    duration: 6
+    fps: 8
+    resolution: 160x96
+    segment: {frames: 8, overlap: 2}
+    renditions: [compat]
+    model: {family: timed, seconds_per_segment: 0.6}
+"""
+
+
+def wait_for_segments(home: Path, job_id: str, count: int, timeout: float = 60) -> int:
+    factory = Factory.open(Settings.from_env(home_env(home)))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            done = len(factory.jobs.get(job_id).progress["segments"])
+        except NoSuchJob:  # not submitted yet
+            done = 0
+        if done >= count:
+            return done
+        time.sleep(0.05)
+    raise AssertionError(f"{job_id} did not reach {count} segments")
+
+
+def test_a_writer_killed_mid_segment_costs_only_that_segment(tmp_path: Path):
+    home = tmp_path / "home"
+    env = home_env(home)
+    manifest = write_manifest(tmp_path / "crash.yaml", TIMED)
+    proc = subprocess.Popen([sys.executable, "-m", "factory", "run", str(manifest)],
+                            env={**os.environ, **env}, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    wait_for_segments(home, "crash.slow", 3)
+    time.sleep(0.3)  # well inside the next segment
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    factory, _ = in_process(home)
+    job = factory.jobs.get("crash.slow")
+    recorded = job.progress["segments"]
+    assert job.stage is Stage.GENERATE and recorded == list(range(len(recorded)))
+    assert len(recorded) < job.progress["segments_total"]
+    stored = sorted((home / "store" / "crash" / "slow" / "segments").glob("*.mkv"))
+    # Nothing beyond the recorded segments counts as done; at most the one being written
+    # may have reached the store just before its checkpoint.
+    assert len(recorded) <= len(stored) <= len(recorded) + 1
+    resumed = run_cli("run", str(manifest), env=env, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    events = json.loads(run_cli("events", "crash.slow", "--json", env=env).stdout)
+    segments = Counter(e["detail"]["segment"] for e in events if e["event"] == "segment.done")
+    assert set(segments.values()) == {1}  # no finished segment was generated twice
+    assert sorted(segments) == list(range(job.progress["segments_total"]))
+
+
+def test_cancel_stops_the_run_at_the_next_checkpoint(tmp_path: Path):
+    home = tmp_path / "home"
+    env = home_env(home)
+    manifest = write_manifest(tmp_path / "crash.yaml", TIMED)
+    proc = subprocess.Popen([sys.executable, "-m", "factory", "run", str(manifest)],
+                            env={**os.environ, **env}, cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    wait_for_segments(home, "crash.slow", 2)
+    cancelled = run_cli("cancel", "crash.slow", "--reason", "wrong prompt", env=env)
+    assert cancelled.returncode == 0, cancelled.stderr
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 1, stderr
+    factory, _ = in_process(home)
+    job = factory.jobs.get("crash.slow")
+    assert job.stage is Stage.CANCELLED
+    assert len(job.progress["segments"]) < job.progress["segments_total"]
+
+
+def test_missing_audio_asset_fails_in_mux_and_requeue_continues(tmp_path: Path):
+    home = tmp_path / "home"
+    env = home_env(home)
+    manifest = write_manifest(
+        tmp_path / "m.yaml",
+        TIMED.replace("seconds_per_segment: 0.6", "seconds_per_segment: 0.01")
+        + "    audio: {asset: beds/late.ogg}\n",
+    )
+    failed = run_cli("run", str(manifest), env=env, timeout=300)
+    assert failed.returncode == 1
+    status = run_cli("status", "crash.slow", env=env).stdout
+    assert "failed (in mux)" in status and "beds/late.ogg" in status
+    assert "factory store put" in status
+    assert (
+        run_cli("store", "put", str(BEDS / "calm-bed.ogg"), "beds/late.ogg", env=env).returncode
+        == 0
+    )
+    requeued = json.loads(run_cli("requeue", "crash.slow", "--json", env=env).stdout)
+    assert requeued["stage"] == "mux" and requeued["progress"]["encode"]["joined"]
+    finished = run_cli("run", str(manifest), env=env, timeout=300)
+    assert finished.returncode == 0, finished.stderr
+    events = json.loads(run_cli("events", "crash.slow", "--json", env=env).stdout)
+    total = requeued["progress"]["segments_total"]
+    assert sum(e["event"] == "segment.done" for e in events) == total  # none regenerated
+
+
+def test_a_failed_check_stops_delivery(tmp_path: Path):
+    home = tmp_path / "home"
+    factory, ctx = in_process(home)
+    manifest = load_manifest(
+        write_manifest(
+            tmp_path / "m.yaml",
+            TIMED.replace("seconds_per_segment: 0.6", "seconds_per_segment: 0.01"),
+        )
+    )
+    job = submit(manifest, factory.jobs, None).jobs[0]
+    job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="t")
+    for stage in (run_generate, run_encode, run_mux):
+        job = stage(ctx, job)
+    assert job.stage is Stage.QC
+    # Break one rendition for real: the same file with its audio track dropped.
+    muxed = ctx.store.path(keys.muxed("crash", "slow", "compat"))
+    broken = tmp_path / "broken.mp4"
+    run([ffmpeg_exe(), "-y", "-loglevel", "error", "-i", str(muxed), "-map", "0:v", "-c", "copy",
+         str(broken)])  # fmt: skip
+    ctx.store.put_file(keys.muxed("crash", "slow", "compat"), broken)
+    job = run_job(ctx, job.job_id, worker="t")
+    assert job.stage is Stage.FAILED and job.stopped_stage is Stage.QC
+    assert "compat: audio_stream" in job.last_error["message"]
+    assert not list(ctx.store.list("crash/slow/out"))
+    assert ctx.store.exists("crash/slow/work/qc.json")
+
+
+def test_ffmpeg_failure_carries_command_and_stderr(tmp_path: Path):
+    with pytest.raises(MediaError) as caught:
+        run([ffmpeg_exe(), "-hide_banner", "-i", str(tmp_path / "missing.mkv"), "-f", "null", "-"])
+    assert caught.value.returncode != 0
+    assert "missing.mkv" in caught.value.stderr_tail and caught.value.argv[0] == ffmpeg_exe()
