@@ -208,9 +208,7 @@ class JobStateMachine:
         self, job_id: str, *, attempt: int, to: Stage, detail: dict[str, Any] | None = None
     ) -> Job:
         with self.database.transaction() as conn:
-            job = self._read(conn, job_id, lock=True)
-            if job.attempt != attempt:
-                raise self._fenced(conn, job_id, attempt)
+            job = self._held(conn, job_id, attempt)
             if not is_legal(job.stage, to):
                 raise IllegalTransition(job_id, job.stage.value, to.value)
             now = self.clock()
@@ -247,9 +245,7 @@ class JobStateMachine:
     ) -> Job:
         """Replace top-level progress keys; optionally record an event on the timeline."""
         with self.database.transaction() as conn:
-            job = self._read(conn, job_id, lock=True)
-            if job.attempt != attempt:
-                raise self._fenced(conn, job_id, attempt)
+            job = self._held(conn, job_id, attempt)
             now = self.clock()
             values = {
                 "progress": {**job.progress, **updates},
@@ -284,9 +280,7 @@ class JobStateMachine:
     ) -> Job:
         """Stop the job in `failed`, keeping where it stopped and why for `status` and `requeue`."""
         with self.database.transaction() as conn:
-            job = self._read(conn, job_id, lock=True)
-            if job.attempt != attempt:
-                raise self._fenced(conn, job_id, attempt)
+            job = self._held(conn, job_id, attempt)
             if not is_legal(job.stage, Stage.FAILED):
                 raise IllegalTransition(job_id, job.stage.value, Stage.FAILED.value)
             now = self.clock()
@@ -418,6 +412,13 @@ class JobStateMachine:
         if row is None:
             raise NoSuchJob(job_id)
         return Job.from_row(row)
+
+    def _held(self, conn: Connection, job_id: str, attempt: int) -> Job:
+        """The job, locked for this transaction, if ``attempt`` still holds it."""
+        job = self._read(conn, job_id, lock=True)
+        if job.attempt != attempt:
+            raise self._fenced(conn, job_id, attempt)
+        return job
 
     def _fenced_update(
         self,

@@ -137,7 +137,9 @@ class ChunkEncoder:
         stored = set(job.progress["segments"])
         chunks = plan_chunks(job.video)
         with self._lock:
-            done = self._done.setdefault(job.job_id, chunks_done(self.ctx, job))
+            if job.job_id not in self._done:
+                self._done[job.job_id] = chunks_done(self.ctx, job)
+            done = self._done[job.job_id]
             for chunk in chunks:
                 ready = all(s.index in stored for s in chunk.segments)
                 fresh = (job.job_id, chunk.index) not in self._started

@@ -116,6 +116,12 @@ videos:
 """
 
 
+def start_run(manifest: Path, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "factory", "run", str(manifest)],
+                            env={**os.environ, **env}, cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+
+
 def wait_for_segments(home: Path, job_id: str, count: int, timeout: float = 60) -> int:
     factory = Factory.open(Settings.from_env(home_env(home)))
     deadline = time.monotonic() + timeout
@@ -134,9 +140,7 @@ def test_a_writer_killed_mid_segment_costs_only_that_segment(tmp_path: Path):
     home = tmp_path / "home"
     env = home_env(home)
     manifest = write_manifest(tmp_path / "crash.yaml", TIMED)
-    proc = subprocess.Popen([sys.executable, "-m", "factory", "run", str(manifest)],
-                            env={**os.environ, **env}, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    proc = start_run(manifest, env)
     wait_for_segments(home, "crash.slow", 3)
     time.sleep(0.3)  # well inside the next segment
     os.kill(proc.pid, signal.SIGKILL)
@@ -162,9 +166,7 @@ def test_cancel_stops_the_run_at_the_next_checkpoint(tmp_path: Path):
     home = tmp_path / "home"
     env = home_env(home)
     manifest = write_manifest(tmp_path / "crash.yaml", TIMED)
-    proc = subprocess.Popen([sys.executable, "-m", "factory", "run", str(manifest)],
-                            env={**os.environ, **env}, cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc = start_run(manifest, env)
     wait_for_segments(home, "crash.slow", 2)
     cancelled = run_cli("cancel", "crash.slow", "--reason", "wrong prompt", env=env)
     assert cancelled.returncode == 0, cancelled.stderr
