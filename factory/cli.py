@@ -401,6 +401,7 @@ def _event_dict(event: Event) -> dict[str, Any]:
 def _status_lines(job: Job) -> list[tuple[str, str]]:
     p = job.progress
     video = job.video
+    held = "last held by" if job.stage.is_terminal else "held by"
     lines = [
         ("job", job.job_id),
         ("batch", job.batch),
@@ -415,7 +416,7 @@ def _status_lines(job: Job) -> list[tuple[str, str]]:
             f"segments {len(p['segments'])}/{p['segments_total']}, "
             f"frame {p['frame']}/{p['frames_total']}",
         ),
-        ("attempt", f"{job.attempt}" + (f" held by {job.claimed_by}" if job.claimed_by else "")),
+        ("attempt", f"{job.attempt}" + (f" {held} {job.claimed_by}" if job.claimed_by else "")),
         ("heartbeat", _ago(job.heartbeat_at) if job.heartbeat_at else "none yet"),
         ("updated", _ago(job.updated_at)),
     ]
