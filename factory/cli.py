@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from factory import __version__
+from factory import __version__, cli_cluster
 from factory.app import Factory
 from factory.config import Settings
 from factory.db import migrate
@@ -142,6 +142,13 @@ def submit(
     factory = _factory()
     result = submit_manifest(parsed, factory.jobs, factory.tokens)
     created = set(result.created)
+    if factory.settings.broker_url and created:
+        from tasks.app import app as celery_app  # only here: factory/ does not need Celery
+        from tasks.dispatch import dispatch
+
+        for job in result.jobs:
+            if job.job_id in created:
+                dispatch(celery_app, job)
     if as_json:
         _print_json(
             [
@@ -486,6 +493,9 @@ def _short(text: str, width: int) -> str:
 
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+cli_cluster.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -27,6 +27,10 @@ class Settings:
     stale_after: int
     sweep_every: int
     submit_token_ttl: int
+    max_recoveries: int
+    heartbeat_every: int
+    segment_time_limit: int
+    log_format: str
 
     @property
     def is_embedded_database(self) -> bool:
@@ -47,6 +51,10 @@ class Settings:
             stale_after=_positive_int(env, "FACTORY_STALE_AFTER", 300),
             sweep_every=_positive_int(env, "FACTORY_SWEEP_EVERY", 30),
             submit_token_ttl=_positive_int(env, "FACTORY_SUBMIT_TOKEN_TTL", 600),
+            max_recoveries=_positive_int(env, "FACTORY_MAX_RECOVERIES", 3),
+            heartbeat_every=_positive_int(env, "FACTORY_HEARTBEAT_EVERY", 30),
+            segment_time_limit=_positive_int(env, "FACTORY_SEGMENT_TIME_LIMIT", 1800),
+            log_format=env.get("FACTORY_LOG_FORMAT") or "text",
         )
         settings._check_schemes()
         return settings
@@ -64,7 +72,14 @@ class Settings:
                 f"scheme {store_scheme!r} is not supported; use file:///path or s3://bucket/prefix",
                 field="FACTORY_STORE_URL",
             )
-        for name, url in (("FACTORY_REDIS_URL", self.redis_url),):
+        if self.log_format not in ("text", "json"):
+            raise ConfigError(
+                f"must be text or json, got {self.log_format!r}", field="FACTORY_LOG_FORMAT"
+            )
+        for name, url in (
+            ("FACTORY_REDIS_URL", self.redis_url),
+            ("FACTORY_BROKER_URL", self.broker_url),
+        ):
             if url and not url.startswith(("redis://", "rediss://", "unix://")):
                 raise ConfigError("must be a redis:// or rediss:// URL", field=name)
 

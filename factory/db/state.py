@@ -15,10 +15,10 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from factory.db.models import batches, job_events, jobs, utcnow
@@ -310,6 +310,83 @@ class JobStateMachine:
                 {"from": job.stage.value, "kind": kind, "message": message, **(detail or {})},
             )
             return self._read(conn, job_id)
+
+    def release(self, job_id: str, *, attempt: int, reason: str) -> Job:
+        """The holder hands the job back (a worker shutting down): no one holds it now."""
+        with self.database.transaction() as conn:
+            job = self._held(conn, job_id, attempt)
+            now = self.clock()
+            self._fenced_update(
+                conn, job_id, attempt,
+                {"claimed_by": None, "heartbeat_at": None, "updated_at": now},
+                expected_stage=job.stage,
+            )  # fmt: skip
+            self._event(conn, job_id, job.stage, "released", attempt, job.trace_id,
+                        {"reason": reason, "worker": job.claimed_by})  # fmt: skip
+            return self._read(conn, job_id)
+
+    def claim_stale(
+        self,
+        *,
+        stale_after: float,
+        waiting: set[str],
+        max_recoveries: int,
+        worker: str,
+        limit: int = 100,
+    ) -> tuple[list[Job], list[Job]]:
+        """The sweeper's claim: active jobs without a heartbeat for ``stale_after`` seconds.
+
+        Jobs in ``waiting`` (their message still sits in a broker queue) are left alone.
+        ``SELECT … FOR UPDATE SKIP LOCKED`` lets two sweepers run at once: each stale job
+        goes to one of them. A job past ``max_recoveries`` automatic recoveries is failed.
+        Returns (claimed, failed); a claimed job's ``attempt`` is the dispatch token.
+        """
+        now = self.clock()
+        cutoff = now - timedelta(seconds=stale_after)
+        last_sign = func.coalesce(jobs.c.heartbeat_at, jobs.c.updated_at)
+        claimed, failed = [], []
+        with self.database.transaction() as conn:
+            rows = conn.execute(
+                select(jobs)
+                .where(jobs.c.stage.in_([s.value for s in ACTIVE]), last_sign < cutoff)
+                .order_by(jobs.c.created_at)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+            ).all()
+            for row in rows:
+                job = Job.from_row(row)
+                if job.job_id in waiting:
+                    continue
+                quiet = round((now - (job.heartbeat_at or job.updated_at)).total_seconds())
+                if job.recoveries >= max_recoveries:
+                    failed.append(self._fail_stale(conn, job, now, quiet, max_recoveries))
+                    continue
+                conn.execute(
+                    update(jobs)
+                    .where(jobs.c.job_id == job.job_id, jobs.c.attempt == job.attempt)
+                    .values(attempt=job.attempt + 1, recoveries=job.recoveries + 1,
+                            claimed_by=worker, heartbeat_at=now, updated_at=now)
+                )  # fmt: skip
+                self._event(conn, job.job_id, job.stage, "recovered", job.attempt + 1,
+                            job.trace_id, {"silent_seconds": quiet, "worker": job.claimed_by,
+                                           "recovery": job.recoveries + 1})  # fmt: skip
+                claimed.append(self._read(conn, job.job_id))
+        return claimed, failed
+
+    def _fail_stale(self, conn: Connection, job: Job, now: datetime, quiet: int, limit: int) -> Job:
+        message = (f"no heartbeat for {quiet} s after {limit} automatic recoveries; "
+                   f"last worker {job.claimed_by or 'none'}")  # fmt: skip
+        error = {"stage": job.stage.value, "kind": "Abandoned", "message": message,
+                 "at": now.isoformat(), "attempt": job.attempt}  # fmt: skip
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.job_id == job.job_id, jobs.c.attempt == job.attempt)
+            .values(stage=Stage.FAILED.value, stopped_stage=job.stage.value, last_error=error,
+                    attempt=job.attempt + 1, updated_at=now)
+        )  # fmt: skip
+        self._event(conn, job.job_id, Stage.FAILED, "failed", job.attempt + 1, job.trace_id,
+                    {"from": job.stage.value, "kind": "Abandoned", "message": message})  # fmt: skip
+        return self._read(conn, job.job_id)
 
     # --- operator actions (fence out whoever holds the job) -------------------------
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from factory.db.state import Job, JobStateMachine
-from factory.generate import Generator, make_generator
+from factory.generate import Generator, PromptEmbedding, make_generator
 from factory.spec import ModelChoice, VideoSpec
 from factory.store.base import Store
 
@@ -23,6 +23,7 @@ class StageContext:
     device: str = "cpu"
     on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk
     _generators: dict[ModelChoice, Generator] = field(default_factory=dict)
+    _prompts: dict[tuple[ModelChoice, str, str], PromptEmbedding] = field(default_factory=dict)
 
     def generator(self, model: ModelChoice) -> Generator:
         """One generator per model, loaded once and kept warm for the next segments."""
@@ -31,6 +32,13 @@ class StageContext:
             generator.load(self.device)
             self._generators[model] = generator
         return self._generators[model]
+
+    def prompt(self, model: ModelChoice, text: str, negative: str) -> PromptEmbedding:
+        """Prompt embeddings, encoded once per process for each (model, prompt, negative)."""
+        key = (model, text, negative)
+        if key not in self._prompts:
+            self._prompts[key] = self.generator(model).encode_prompt(text, negative)
+        return self._prompts[key]
 
     def work_dir(self, video: VideoSpec) -> Path:
         path = self.work_root / video.batch / video.video_id

@@ -10,13 +10,15 @@ keeps GOPs of at most 2 s; the join writes each chunk's exact duration (frames /
 from __future__ import annotations
 
 import math
+import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 from factory.db.state import Job
 from factory.media.concat import concat_copy_argv, ffconcat
-from factory.media.ffmpeg import atomic_output, ffmpeg_exe, run
+from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS, encode_argv
 from factory.pipeline.context import CHUNK_SECONDS, StageContext
 from factory.pipeline.generate import video_plan
@@ -48,30 +50,30 @@ def plan_chunks(video: VideoSpec) -> list[Chunk]:
 
 def encode_chunk(ctx: StageContext, video: VideoSpec, chunk: Chunk, rendition: str) -> None:
     preset = PRESETS[rendition]
-    work = ctx.work_dir(video)
-    listing = work / f"chunk-{rendition}-{chunk.index:05d}.ffconcat"
     entries = []
     for segment in chunk.segments:
         with ctx.store.local_path(keys.segment(video.batch, video.video_id, segment.index)) as p:
             entries.append((p, segment.write_count))
-    listing.write_text(ffconcat(entries, video.fps))
-    target = work / f"chunk-{rendition}-{chunk.index:05d}.mp4"
-    with atomic_output(target) as tmp:
-        run(encode_argv(ffmpeg_exe(), preset, video.fps, (video.width, video.height), listing, tmp))
-    ctx.store.put_file(
-        keys.chunk(video.batch, video.video_id, rendition, chunk.index), target, move=True
-    )
-    listing.unlink(missing_ok=True)
+    # A scratch folder per call: a chunk task and the encode stage may meet on the same chunk.
+    with tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
+        listing = Path(scratch) / "chunk.ffconcat"
+        listing.write_text(ffconcat(entries, video.fps))
+        target = Path(scratch) / "chunk.mp4"
+        source = (video.width, video.height)
+        run(encode_argv(ffmpeg_exe(), preset, video.fps, source, listing, target))
+        key = keys.chunk(video.batch, video.video_id, rendition, chunk.index)
+        ctx.store.put_file(key, target, move=True)
 
 
 def chunks_done(ctx: StageContext, job: Job) -> dict[str, set[int]]:
-    """Chunks recorded as encoded and still present in the store, per rendition."""
+    """Chunks already in the store, per rendition: chunk files are written atomically and are
+    the same whoever encodes them, so the store (not the progress JSON) is what counts."""
     video = job.video
-    recorded = job.progress.get("encode", {}).get("chunks", {})
+    count = len(plan_chunks(video))
     return {
         r: {
             c
-            for c in recorded.get(r, [])
+            for c in range(count)
             if ctx.store.exists(keys.chunk(video.batch, video.video_id, r, c))
         }
         for r in video.renditions
@@ -93,7 +95,6 @@ def run_encode(ctx: StageContext, job: Job) -> Job:
                 encode_chunk(ctx, video, chunk, rendition)
                 done[rendition].add(chunk.index)
                 job = record_chunks(ctx, job, done, len(chunks))
-    work = ctx.work_dir(video)
     joined: dict[str, str] = {}
     for rendition in video.renditions:
         entries = []
@@ -101,14 +102,13 @@ def run_encode(ctx: StageContext, job: Job) -> Job:
             key = keys.chunk(video.batch, video.video_id, rendition, chunk.index)
             with ctx.store.local_path(key) as path:
                 entries.append((path, chunk.frames))
-        listing = work / f"join-{rendition}.ffconcat"
-        listing.write_text(ffconcat(entries, video.fps))
-        target = work / f"{rendition}.video.mp4"
-        with atomic_output(target) as tmp:
-            run(concat_copy_argv(ffmpeg_exe(), listing, tmp, hevc=PRESETS[rendition].is_hevc))
-        joined[rendition] = keys.joined(video.batch, video.video_id, rendition)
-        ctx.store.put_file(joined[rendition], target, move=True)
-        listing.unlink(missing_ok=True)
+        with tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
+            listing = Path(scratch) / "join.ffconcat"
+            listing.write_text(ffconcat(entries, video.fps))
+            target = Path(scratch) / f"{rendition}.video.mp4"
+            run(concat_copy_argv(ffmpeg_exe(), listing, target, hevc=PRESETS[rendition].is_hevc))
+            joined[rendition] = keys.joined(video.batch, video.video_id, rendition)
+            ctx.store.put_file(joined[rendition], target, move=True)
     encode = {
         "chunks": {r: sorted(c) for r, c in done.items()},
         "chunks_total": len(chunks),

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import tempfile
 import time
+from dataclasses import dataclass
 
 import numpy as np
 
 from factory.db.state import Job
-from factory.generate import PromptEmbedding, SegmentSpec, segment_seed
+from factory.generate import SegmentSpec, segment_seed
 from factory.media.intermediate import read_tail, write_segment, write_tail
 from factory.pipeline.context import StageContext
 from factory.plan import SegmentPlan, plan_segments, scene_start_frames
@@ -25,56 +26,63 @@ def video_plan(video: VideoSpec) -> list[SegmentPlan]:
     return plan_segments(video.frames_total, video.segment_frames, video.segment_overlap, starts)
 
 
+@dataclass
+class WarmTail:
+    """The tail a worker keeps in memory for the job's next segment (saves a store read)."""
+
+    job_id: str
+    segment: int
+    frames: np.ndarray
+
+
+def next_segment(job: Job) -> SegmentPlan | None:
+    done = set(job.progress["segments"])
+    return next((p for p in video_plan(job.video) if p.index not in done), None)
+
+
+def generate_segment(
+    ctx: StageContext, job: Job, warm: WarmTail | None = None
+) -> tuple[Job, WarmTail | None]:
+    """Generate, stitch, store and record the job's next segment; the caller holds the job."""
+    plan = next_segment(job)
+    if plan is None:
+        return job, warm
+    video = job.video
+    generator = ctx.generator(video.model)
+    tail = None
+    if plan.context:
+        usable = warm is not None and (warm.job_id, warm.segment) == (job.job_id, plan.index - 1)
+        tail = warm.frames if usable else _stored_tail(ctx, video, plan.index - 1)
+    scene = video.scenes[plan.scene]
+    prompt = ctx.prompt(video.model, scene.prompt, video.negative_prompt)
+    started = time.monotonic()
+    spec = SegmentSpec(plan.index, plan.frames, video.width, video.height, video.fps,
+                       plan.first_frame, plan.context)  # fmt: skip
+    frames = generator.generate(spec, prompt, tail, segment_seed(video.seed, plan.index))
+    stitched = stitch(plan, frames, tail, ctx.stitch_strength)
+    _store_segment(ctx, video, plan, stitched.frames, stitched.tail)
+    seconds = round(time.monotonic() - started, 3)
+    job = ctx.machine.checkpoint(
+        job.job_id,
+        attempt=job.attempt,
+        updates={
+            "segments": sorted({*job.progress["segments"], plan.index}),
+            "frame": plan.write_end,
+            "segment_seconds": {**job.progress["segment_seconds"], str(plan.index): seconds},
+        },
+        event="segment.done",
+        detail={"segment": plan.index, "seconds": seconds, "frames": plan.write_count},
+    )
+    return job, WarmTail(job.job_id, plan.index, stitched.tail)
+
+
 def run_generate(ctx: StageContext, job: Job) -> Job:
+    """Every remaining segment in order, then on to `encode` (the embedded path)."""
     if job.stage is Stage.QUEUED:
         job = ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.GENERATE)
-    video = job.video
-    plans = video_plan(video)
-    generator = ctx.generator(video.model)
-    prompts: dict[int, PromptEmbedding] = {}
-    done = set(job.progress["segments"])
-    tail: np.ndarray | None = None
-    for plan in plans:
-        if plan.index in done:
-            continue
-        if plan.context and tail is None:
-            tail = _stored_tail(ctx, video, plan.index - 1)
-        if plan.scene not in prompts:
-            prompts[plan.scene] = generator.encode_prompt(
-                video.scenes[plan.scene].prompt, video.negative_prompt
-            )
-        started = time.monotonic()
-        spec = SegmentSpec(
-            plan.index,
-            plan.frames,
-            video.width,
-            video.height,
-            video.fps,
-            plan.first_frame,
-            plan.context,
-        )
-        frames = generator.generate(
-            spec,
-            prompts[plan.scene],
-            tail if plan.context else None,
-            segment_seed(video.seed, plan.index),
-        )
-        stitched = stitch(plan, frames, tail if plan.context else None, ctx.stitch_strength)
-        _store_segment(ctx, video, plan, stitched.frames, stitched.tail)
-        tail = stitched.tail
-        done.add(plan.index)
-        seconds = round(time.monotonic() - started, 3)
-        job = ctx.machine.checkpoint(
-            job.job_id,
-            attempt=job.attempt,
-            updates={
-                "segments": sorted(done),
-                "frame": plan.write_end,
-                "segment_seconds": {**job.progress["segment_seconds"], str(plan.index): seconds},
-            },
-            event="segment.done",
-            detail={"segment": plan.index, "seconds": seconds, "frames": plan.write_count},
-        )
+    warm: WarmTail | None = None
+    while (plan := next_segment(job)) is not None:
+        job, warm = generate_segment(ctx, job, warm)
         if ctx.on_segment:
             ctx.on_segment(job, plan.index)
     return ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.ENCODE)

@@ -1,0 +1,172 @@
+"""CLI commands for the production topology: workers, beat, Flower, the sweeper, `watch`.
+
+They start Celery processes (imported lazily: the rest of `factory/` never imports Celery)
+or read PostgreSQL for progress.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import time
+from statistics import mean
+
+import typer
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+
+from factory.config import Settings
+from factory.db.state import Job
+from factory.errors import BadInput
+from factory.stages import Stage
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(worker)
+    app.command()(beat)
+    app.command()(flower)
+    app.command()(sweep)
+    app.command()(watch)
+
+
+def _celery_base(settings: Settings) -> list[str]:
+    if not settings.broker_url:
+        raise BadInput("is not set: workers need a broker (redis://…)", field="FACTORY_BROKER_URL")
+    celery = shutil.which("celery", path=os.path.dirname(sys.executable)) or "celery"
+    return [celery, "-A", "tasks.app"]
+
+
+def _exec(argv: list[str], env: dict[str, str] | None = None) -> None:
+    err.print("exec " + " ".join(argv), markup=False)
+    sys.stdout.flush()
+    os.execve(argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0]) or argv[0], argv,
+              {**os.environ, **(env or {})})  # fmt: skip
+
+
+def worker(
+    gpu: int | None = typer.Option(None, "--gpu", min=0, help="Serve this GPU (one per GPU)."),
+    cpu: bool = typer.Option(False, "--cpu", help="Serve the CPU stages (encode … deliver)."),
+    concurrency: int = typer.Option(2, "--concurrency", min=1, help="CPU worker processes."),
+    max_tasks: int = typer.Option(500, "--max-tasks-per-child", min=1),
+    loglevel: str = typer.Option("info", "--loglevel"),
+) -> None:
+    """Start a Celery worker: `--gpu N` (its own queue gpu.<host>.<N> and the shared `gpu`
+    queue, one process, CUDA_VISIBLE_DEVICES=N) or `--cpu`."""
+    if (gpu is None) == (not cpu):
+        raise BadInput("give exactly one of --gpu N or --cpu", field="worker")
+    base = _celery_base(Settings.from_env())
+    host = socket.gethostname()
+    common = ["worker", "-P", "prefork", f"--max-tasks-per-child={max_tasks}", "-l", loglevel,
+              "-E"]  # fmt: skip
+    if gpu is not None:
+        queue = f"gpu.{host}.{gpu}"
+        _exec([*base, *common, "-c", "1", "-Q", f"{queue},gpu", "-n", f"gpu{gpu}@{host}"],
+              {"CUDA_VISIBLE_DEVICES": str(gpu), "FACTORY_GPU_QUEUE": queue})  # fmt: skip
+    else:
+        _exec([*base, *common, "-c", str(concurrency), "-Q", "cpu", "-n", f"cpu@{host}"],
+              {"FACTORY_GPU_QUEUE": ""})  # fmt: skip
+
+
+def beat() -> None:
+    """Start Celery beat: runs the sweeper every FACTORY_SWEEP_EVERY seconds (run only one)."""
+    settings = Settings.from_env()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    _exec([*_celery_base(settings), "beat", "-l", "info",
+           "--schedule", str(settings.home / "celerybeat-schedule")])  # fmt: skip
+
+
+def flower(
+    port: int = typer.Option(5555, "--port"),
+    address: str = typer.Option("127.0.0.1", "--address"),
+    basic_auth: str = typer.Option(
+        "", "--basic-auth", envvar="FACTORY_FLOWER_BASIC_AUTH", help="user:password (required)"
+    ),
+) -> None:
+    """Start Flower with basic auth and persistent state (FACTORY_HOME/flower.db)."""
+    if ":" not in basic_auth:
+        raise BadInput(
+            "give user:password (or set FACTORY_FLOWER_BASIC_AUTH)", field="--basic-auth"
+        )
+    settings = Settings.from_env()
+    settings.home.mkdir(parents=True, exist_ok=True)
+    _exec([*_celery_base(settings), "flower", f"--address={address}", f"--port={port}",
+           f"--basic-auth={basic_auth}", "--persistent=True",
+           f"--db={settings.home / 'flower.db'}"])  # fmt: skip
+
+
+def sweep() -> None:
+    """Run the sweeper once, here: resume stale jobs from their recorded stage and segment."""
+    _celery_base(Settings.from_env())
+    from tasks.jobs import sweep as sweep_task
+
+    result = sweep_task()
+    print(f"resumed {len(result['resumed'])}: {' '.join(result['resumed']) or '-'}")
+    print(f"failed {len(result['failed'])}: {' '.join(result['failed']) or '-'}")
+
+
+def watch(
+    batch: str | None = typer.Argument(None, help="Only this batch."),
+    every: float = typer.Option(2.0, "--every", min=0.2, help="Seconds between refreshes."),
+    once: bool = typer.Option(False, "--once", help="Print one snapshot and exit."),
+) -> None:
+    """Live per-job progress from the database: segments, stage, ETA from measured segments."""
+    from factory.app import Factory
+
+    factory = Factory.open(Settings.from_env())
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    if once:
+        console.print(_snapshot(factory.jobs.list_jobs(batch=batch)))
+        return
+    with Live(console=console, refresh_per_second=2) as live:
+        while True:
+            found = factory.jobs.list_jobs(batch=batch)
+            live.update(_snapshot(found))
+            if found and all(j.stage.is_terminal for j in found):
+                return
+            time.sleep(every)
+
+
+def _snapshot(found: list[Job]) -> Group:
+    table = Table("JOB", "STAGE", "SEGMENTS", "", "ETA", "WORKER")
+    remaining_total = 0.0
+    for job in found:
+        p = job.progress
+        done, total = len(p["segments"]), p["segments_total"]
+        eta = _eta(job)
+        remaining_total += eta or 0
+        width = 24
+        filled = int(width * done / total) if total else width
+        bar = "█" * filled + "·" * (width - filled)
+        table.add_row(
+            job.job_id,
+            job.stage.value,
+            f"{done}/{total}",
+            bar,
+            _duration(eta) if eta is not None else "-",
+            job.claimed_by or "-",
+        )
+    finished = sum(j.stage is Stage.DONE for j in found)
+    failed = sum(j.stage in (Stage.FAILED, Stage.CANCELLED) for j in found)
+    footer = (f"{finished} done, {failed} failed or cancelled, {len(found) - finished - failed} "
+              f"in progress; generation left: {_duration(remaining_total)}")  # fmt: skip
+    return Group(table, footer)
+
+
+def _eta(job: Job) -> float | None:
+    """Seconds of generation left for this job, from its own measured segment times."""
+    if job.stage.is_terminal:
+        return None
+    times = list(job.progress.get("segment_seconds", {}).values())
+    if not times:
+        return None
+    return mean(times) * (job.progress["segments_total"] - len(job.progress["segments"]))
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(seconds)
+    return f"{seconds // 3600}:{seconds // 60 % 60:02d}:{seconds % 60:02d}"

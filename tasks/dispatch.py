@@ -1,0 +1,53 @@
+"""Sending work: a job goes out from its recorded stage, with its job id and trace id in the
+message headers (they follow it into every log line and event)."""
+
+from __future__ import annotations
+
+from celery import Celery, chain
+
+from factory.db.state import Job
+from factory.stages import Stage
+from tasks.queues import CPU, GPU_SHARED
+
+CPU_STAGES = (Stage.ENCODE, Stage.MUX, Stage.QC, Stage.DELIVER)
+
+
+def headers(job: Job) -> dict[str, str]:
+    return {"job_id": job.job_id, "trace_id": job.trace_id}
+
+
+def send_segment(app: Celery, job: Job, queue: str = GPU_SHARED) -> None:
+    app.send_task(
+        "factory.generate_segment",
+        args=[job.job_id, job.attempt],
+        queue=queue,
+        headers=headers(job),
+    )
+
+
+def send_cpu_chain(app: Celery, job: Job) -> None:
+    """encode → mux → qc → deliver from the job's stage on; each link records its stage."""
+    remaining = CPU_STAGES[CPU_STAGES.index(job.stage) :]
+    links = [
+        app.signature(
+            "factory.cpu_stage",
+            args=[job.job_id, stage.value],
+            immutable=True,
+            queue=CPU,
+            headers=headers(job),
+        )
+        for stage in remaining
+    ]
+    chain(*links).apply_async(headers=headers(job))
+
+
+def send_chunk(app: Celery, job: Job, chunk: int) -> None:
+    app.send_task("factory.encode_chunk", args=[job.job_id, chunk], queue=CPU, headers=headers(job))
+
+
+def dispatch(app: Celery, job: Job) -> None:
+    """Send a job from where it stands: generation to the GPUs, later stages to the CPUs."""
+    if job.stage in (Stage.QUEUED, Stage.GENERATE):
+        send_segment(app, job)
+    elif job.stage in CPU_STAGES:
+        send_cpu_chain(app, job)

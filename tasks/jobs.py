@@ -1,0 +1,157 @@
+"""The tasks: thin. Each takes ids, claims the job with its fencing token, calls one stage
+function of `factory.pipeline`, and sends the next step. PostgreSQL is the record of what
+comes next; the sweeper re-sends anything a lost message or a dead worker dropped."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from celery.exceptions import SoftTimeLimitExceeded
+
+from factory.errors import PermanentError, RetryableError, StaleAttempt
+from factory.heartbeat import Heartbeat
+from factory.pipeline.deliver import run_deliver
+from factory.pipeline.encode import encode_chunk as encode_one_chunk
+from factory.pipeline.encode import plan_chunks, run_encode
+from factory.pipeline.generate import generate_segment as make_segment
+from factory.pipeline.generate import next_segment
+from factory.pipeline.mux import run_mux
+from factory.pipeline.qc import run_qc
+from factory.stages import Stage, order
+from factory.store import keys
+from tasks import (
+    broker,
+    dispatch,
+    signals,  # noqa: F401 - connects the worker signal handlers
+)
+from tasks.app import app
+from tasks.queues import ALIVE_PREFIX, GPU_SHARED
+from tasks.runtime import Runtime, runtime
+
+log = logging.getLogger("factory.tasks")
+
+CPU_STAGE_FUNCTIONS = {Stage.ENCODE: run_encode, Stage.MUX: run_mux, Stage.QC: run_qc,
+                       Stage.DELIVER: run_deliver}  # fmt: skip
+
+
+@app.task(name="factory.generate_segment", acks_late=False)
+def generate_segment(job_id: str, seen_attempt: int) -> None:
+    """One segment of one job, then the next one onto this GPU's own queue."""
+    rt = runtime()
+    try:
+        job = rt.machine.claim(job_id, seen_attempt=seen_attempt, worker=rt.worker)
+    except StaleAttempt as exc:  # a duplicate or superseded message: nothing to do
+        log.info("segment.skipped", extra={"job_id": job_id, "reason": exc.reason})
+        return
+    if job.stage not in (Stage.QUEUED, Stage.GENERATE):
+        dispatch.dispatch(app, job)
+        return
+    try:
+        if job.stage is Stage.QUEUED:
+            job = rt.machine.transition(job_id, attempt=job.attempt, to=Stage.GENERATE)
+        with Heartbeat(rt.machine, job_id, job.attempt, rt.settings.heartbeat_every):
+            job, rt.warm = make_segment(rt.ctx, job, rt.warm)
+        done = job.progress["segments"][-1] if job.progress["segments"] else None
+        for chunk in plan_chunks(job.video):
+            if chunk.segments[-1].index == done:
+                dispatch.send_chunk(app, job, chunk.index)
+        if next_segment(job) is None:
+            job = rt.machine.transition(job_id, attempt=job.attempt, to=Stage.ENCODE)
+            dispatch.send_cpu_chain(app, job)
+        elif _own_queue_alive(rt):
+            dispatch.send_segment(app, job, queue=rt.own_queue)
+        else:  # shutting down, or no own queue: hand the job back to every GPU at once
+            job = rt.machine.release(job_id, attempt=job.attempt, reason="worker leaving")
+            dispatch.send_segment(app, job, queue=GPU_SHARED)
+    except StaleAttempt as exc:
+        log.info("segment.stopped", extra={"job_id": job_id, "reason": exc.reason})
+    except (RetryableError, SoftTimeLimitExceeded) as exc:
+        log.warning("segment.interrupted", extra={"job_id": job_id, "error": str(exc)})
+    except PermanentError as exc:
+        _fail(job_id, job.attempt, exc)
+    except Exception as exc:
+        _fail(job_id, job.attempt, exc, internal=True)
+        raise
+
+
+@app.task(name="factory.cpu_stage", bind=True, acks_late=False)
+def cpu_stage(self, job_id: str, stage_name: str) -> None:
+    """One link of encode → mux → qc → deliver; stops the chain if the job is elsewhere."""
+    rt = runtime()
+    stage = Stage(stage_name)
+    job = rt.machine.get(job_id)
+    if job.stage is not stage:
+        behind = not job.stage.is_terminal and order(job.stage) < order(stage)
+        if behind or job.stage.is_terminal:
+            self.request.chain = None  # the job is not ready for this link, or is finished
+        log.info(
+            "stage.skipped", extra={"job_id": job_id, "stage": stage_name, "at": job.stage.value}
+        )
+        return
+    try:
+        job = rt.machine.claim(job_id, seen_attempt=job.attempt, worker=rt.worker)
+        with Heartbeat(rt.machine, job_id, job.attempt, rt.settings.heartbeat_every):
+            CPU_STAGE_FUNCTIONS[stage](rt.ctx, job)
+    except StaleAttempt as exc:
+        self.request.chain = None
+        log.info("stage.stopped", extra={"job_id": job_id, "reason": exc.reason})
+    except (RetryableError, SoftTimeLimitExceeded) as exc:
+        self.request.chain = None
+        log.warning("stage.interrupted", extra={"job_id": job_id, "error": str(exc)})
+    except PermanentError as exc:
+        self.request.chain = None
+        _fail(job_id, job.attempt, exc)
+    except Exception as exc:
+        self.request.chain = None
+        _fail(job_id, job.attempt, exc, internal=True)
+        raise
+
+
+@app.task(name="factory.encode_chunk", acks_late=False)
+def encode_chunk(job_id: str, chunk_index: int) -> None:
+    """Encode a chunk whose segments exist, ahead of the encode stage; writes only the store."""
+    rt = runtime()
+    job = rt.machine.get(job_id)
+    if job.stage.is_terminal:
+        return
+    video = job.video
+    chunk = plan_chunks(video)[chunk_index]
+    for rendition in video.renditions:
+        if not rt.ctx.store.exists(keys.chunk(video.batch, video.video_id, rendition, chunk_index)):
+            encode_one_chunk(rt.ctx, video, chunk, rendition)
+
+
+@app.task(name="factory.sweep", acks_late=False)
+def sweep() -> dict[str, list[str]]:
+    """Resume every job that went quiet: from its recorded stage and segment."""
+    rt = runtime()
+    waiting = broker.waiting_job_ids(rt.settings.broker_url or "")
+    claimed, failed = rt.machine.claim_stale(
+        stale_after=rt.settings.stale_after,
+        waiting=waiting,
+        max_recoveries=rt.settings.max_recoveries,
+        worker=f"{rt.worker} (sweeper)",
+    )
+    for job in claimed:
+        log.warning("sweep.resumed", extra={"job_id": job.job_id, "stage": job.stage.value})
+        dispatch.dispatch(app, job)
+    for job in failed:
+        log.error("sweep.gave_up", extra={"job_id": job.job_id})
+    return {"resumed": [j.job_id for j in claimed], "failed": [j.job_id for j in failed]}
+
+
+def _own_queue_alive(rt: Runtime) -> bool:
+    if not rt.own_queue:
+        return False
+    conn = broker.client(rt.settings.broker_url or "")
+    return bool(conn.exists(ALIVE_PREFIX + rt.own_queue))
+
+
+def _fail(job_id: str, attempt: int, exc: Exception, internal: bool = False) -> None:
+    rt = runtime()
+    kind = "InternalError" if internal else type(exc).__name__
+    message = f"{type(exc).__name__}: {exc}" if internal else str(exc)
+    log.error("job.failed", extra={"job_id": job_id, "kind": kind, "error": message})
+    with contextlib.suppress(StaleAttempt):
+        rt.machine.fail(job_id, attempt=attempt, kind=kind, message=message[:4000])

@@ -1,0 +1,56 @@
+"""What a worker process holds: the database handle, the stage context with its warm
+generators, and the tail of the last segment it made. Built after the fork
+(`worker_process_init`), never in the prefork parent: no CUDA, no database connection
+crosses a fork."""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass, field
+
+from factory.app import Factory
+from factory.config import Settings
+from factory.db.state import JobStateMachine
+from factory.pipeline.context import StageContext
+from factory.pipeline.generate import WarmTail
+from factory.store import open_store
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    factory: Factory
+    ctx: StageContext
+    worker: str
+    own_queue: str | None  # this GPU worker's queue, if it is one
+    warm: WarmTail | None = field(default=None)
+
+    @property
+    def machine(self) -> JobStateMachine:
+        return self.factory.jobs
+
+
+_runtime: Runtime | None = None
+
+
+def runtime() -> Runtime:
+    global _runtime
+    if _runtime is None or _runtime.worker.split("/")[-1] != f"pid-{os.getpid()}":
+        settings = Settings.from_env()
+        factory = Factory.open(settings)
+        ctx = StageContext(
+            machine=factory.jobs,
+            store=open_store(settings.store_url),
+            work_root=settings.home / "work",
+            device="cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") else "cpu",
+        )
+        own = os.environ.get("FACTORY_GPU_QUEUE") or None
+        _runtime = Runtime(
+            settings,
+            factory,
+            ctx,
+            worker=f"{socket.gethostname()}/{own or 'cpu'}/pid-{os.getpid()}",
+            own_queue=own,
+        )
+    return _runtime
