@@ -8,6 +8,8 @@ import contextlib
 import logging
 
 from celery.exceptions import SoftTimeLimitExceeded
+from kombu.exceptions import OperationalError
+from redis.exceptions import RedisError
 
 from factory.errors import PermanentError, RetryableError, StaleAttempt
 from factory.heartbeat import Heartbeat
@@ -30,6 +32,9 @@ from tasks.queues import ALIVE_PREFIX, GPU_SHARED
 from tasks.runtime import Runtime, runtime
 
 log = logging.getLogger("factory.tasks")
+
+# The work stops here and the sweeper resumes the job later: infrastructure, not the job.
+INTERRUPTIONS = (RetryableError, SoftTimeLimitExceeded, OperationalError, RedisError)
 
 CPU_STAGE_FUNCTIONS = {Stage.ENCODE: run_encode, Stage.MUX: run_mux, Stage.QC: run_qc,
                        Stage.DELIVER: run_deliver}  # fmt: skip
@@ -66,7 +71,7 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
             dispatch.send_segment(app, job, queue=GPU_SHARED)
     except StaleAttempt as exc:
         log.info("segment.stopped", extra={"job_id": job_id, "reason": exc.reason})
-    except (RetryableError, SoftTimeLimitExceeded) as exc:
+    except INTERRUPTIONS as exc:
         log.warning("segment.interrupted", extra={"job_id": job_id, "error": str(exc)})
     except PermanentError as exc:
         _fail(job_id, job.attempt, exc)
@@ -96,7 +101,7 @@ def cpu_stage(self, job_id: str, stage_name: str) -> None:
     except StaleAttempt as exc:
         self.request.chain = None
         log.info("stage.stopped", extra={"job_id": job_id, "reason": exc.reason})
-    except (RetryableError, SoftTimeLimitExceeded) as exc:
+    except INTERRUPTIONS as exc:
         self.request.chain = None
         log.warning("stage.interrupted", extra={"job_id": job_id, "error": str(exc)})
     except PermanentError as exc:

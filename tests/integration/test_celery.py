@@ -1,0 +1,263 @@
+"""The production topology with real `celery worker` processes, Redis and PostgreSQL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+
+from factory.db.state import JobStateMachine
+from factory.stages import Stage
+from tests.conftest import REPO, run_cli
+from tests.integration.cluster import BROKER, Cluster, manifest, new_cluster
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
+    made = new_cluster(tmp_path, pg_url)
+    yield made
+    made.stop()
+    redis.Redis.from_url(BROKER).flushdb()
+
+
+def test_a_batch_over_two_gpu_workers_and_a_cpu_worker(cluster: Cluster, tmp_path: Path):
+    cluster.start_workers(gpus=2)
+    ids = cluster.submit(manifest(tmp_path / "m.yaml", "batch8", videos=8))
+    jobs = cluster.wait_done(ids)
+    assert [j.stage for j in jobs] == [Stage.DONE] * 8, cluster.logs()
+    workers = set()
+    for job in jobs:
+        assert job.progress["qc"]["passed"] is True
+        assert set(cluster.outputs(job)) == {"mobile.mp4", "compat.mp4"}
+        assert set(cluster.segment_counts(job.job_id).values()) == {1}
+        events = cluster.factory().jobs.events(job.job_id)
+        workers |= {e.detail["worker"].split("/")[1] for e in events if e.event == "claimed"}
+        assert len({e.trace_id for e in events}) == 1
+    host = socket.gethostname()
+    assert {f"gpu.{host}.0", f"gpu.{host}.1"} <= workers
+    # Resubmitting (cron firing twice) creates and dispatches nothing.
+    again = run_cli("submit", str(tmp_path / "m.yaml"), "--json", env=cluster.env)
+    assert '"created": true' not in again.stdout
+
+
+def test_killed_workers_cost_at_most_one_segment_each(cluster: Cluster, tmp_path: Path):
+    path = manifest(tmp_path / "m.yaml", "chaos", videos=3, seconds_per_segment=0.4, duration=10)
+    cluster.start_workers(gpus=2)
+    ids = cluster.submit(path)
+    cluster.wait_segments(ids[0], 3)
+    kills = 0
+    child = cluster.children("gpu0")
+    os.kill(child[0], signal.SIGKILL)  # a worker's child, mid-segment
+    kills += 1
+    cluster.wait_segments(ids[1], 5)
+    os.kill(cluster.processes["gpu1"].pid, signal.SIGKILL)  # a worker's parent
+    for pid in cluster.children("gpu1"):
+        os.kill(pid, signal.SIGKILL)
+    kills += 1
+    cluster.start("gpu2", "worker", "--gpu", "2")  # a replacement GPU
+    jobs = cluster.wait_done(ids)
+    assert [j.stage for j in jobs] == [Stage.DONE] * 3, cluster.logs()
+    repeated = sum(n - 1 for j in ids for n in cluster.segment_counts(j).values())
+    assert repeated <= kills
+    assert any(e.event == "recovered" for j in ids for e in cluster.factory().jobs.events(j))
+    # Bit-identical to an uninterrupted run of the same manifest.
+    reference = tmp_path / "reference"
+    env = {
+        "FACTORY_HOME": str(reference),
+        "FACTORY_DATABASE_URL": "",
+        "FACTORY_BROKER_URL": "",
+        "FACTORY_REDIS_URL": "",
+        "FACTORY_STORE_URL": "",
+    }
+    quick = manifest(
+        tmp_path / "ref.yaml", "chaos", videos=3, seconds_per_segment=0.001, duration=10
+    )
+    text = quick.read_text().replace("seconds_per_segment: 0.001", "seconds_per_segment: 0.4")
+    quick.write_text(text)
+    assert run_cli("run", str(quick), env=env, timeout=600).returncode == 0
+    for job in jobs:
+        video = job.spec["video_id"]
+        out = reference / "store" / "chaos" / video / "out"
+        import hashlib
+
+        expected = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*")}
+        assert cluster.outputs(job) == expected
+
+
+def test_a_duplicate_segment_message_is_not_recomputed(cluster: Cluster, tmp_path: Path):
+    path = manifest(tmp_path / "m.yaml", "dup", videos=1, seconds_per_segment=0.5, duration=6)
+    cluster.start_workers(gpus=2, cpu=True)
+    (job_id,) = cluster.submit(path)
+    cluster.wait_segments(job_id, 2)
+    machine = cluster.factory().jobs
+    running = machine.get(job_id)
+    # Re-deliver the message of the segment being made now (it claimed with attempt - 1).
+    from tasks.app import app
+    from tasks.dispatch import headers
+
+    app.conf.broker_url = BROKER
+    app.send_task(
+        "factory.generate_segment",
+        args=[job_id, running.attempt - 1],
+        queue="gpu",
+        headers=headers(running),
+    )
+    (done,) = cluster.wait_done([job_id])
+    assert done.stage is Stage.DONE
+    assert set(cluster.segment_counts(job_id).values()) == {1}
+
+
+def test_two_sweepers_claim_each_stale_job_once(cluster: Cluster, tmp_path: Path):
+    path = manifest(tmp_path / "m.yaml", "stale", videos=6)
+    env = {**cluster.env, "FACTORY_BROKER_URL": ""}  # submit without dispatching
+    assert run_cli("submit", str(path), env=env).returncode == 0
+    time.sleep(4.5)  # every job is now past FACTORY_STALE_AFTER=4 with no message anywhere
+    sweepers = [
+        subprocess.Popen(
+            [sys.executable, "-m", "factory", "sweep"],
+            cwd=REPO,
+            env={**os.environ, **cluster.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outputs = [p.communicate(timeout=60) for p in sweepers]
+    assert all(p.returncode == 0 for p in sweepers), outputs
+    machine: JobStateMachine = cluster.factory().jobs
+    for i in range(6):
+        events = machine.events(f"stale.v{i}")
+        assert sum(e.event == "recovered" for e in events) == 1
+    waiting = redis.Redis.from_url(BROKER).llen("gpu")
+    assert waiting == 6  # one message per job, on the shared GPU queue
+    # A third sweep leaves them alone: they are waiting for a GPU, not stale.
+    time.sleep(4.5)
+    third = run_cli("sweep", env=cluster.env)
+    assert "resumed 0" in third.stdout, third.stdout
+
+
+def test_redis_flushall_mid_batch_loses_no_job(cluster: Cluster, tmp_path: Path):
+    path = manifest(tmp_path / "m.yaml", "flush", videos=3, seconds_per_segment=0.3, duration=8)
+    cluster.start_workers(gpus=2)
+    ids = cluster.submit(path)
+    cluster.wait_segments(ids[0], 3)
+    redis.Redis.from_url(BROKER).flushall()
+    jobs = cluster.wait_done(ids)
+    assert [j.stage for j in jobs] == [Stage.DONE] * 3, cluster.logs()
+
+
+def test_a_postgres_restart_mid_batch_loses_no_job(cluster: Cluster, tmp_path: Path):
+    path = manifest(tmp_path / "m.yaml", "pgdown", videos=2, seconds_per_segment=0.3, duration=8)
+    cluster.start_workers(gpus=2)
+    ids = cluster.submit(path)
+    cluster.wait_segments(ids[0], 2)
+    version = sorted(os.listdir("/etc/postgresql"))[-1]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
+        check=True,
+        timeout=120,
+    )
+    jobs = cluster.wait_done(ids, timeout=300)
+    assert [j.stage for j in jobs] == [Stage.DONE] * 2, cluster.logs()
+
+
+def test_flower_answers_and_lists_the_workers(cluster: Cluster):
+    cluster.start_workers(gpus=1, cpu=True, beat=False)
+    cluster.start("flower", "flower", "--port", "5599", "--basic-auth", "ops:secret")
+    deadline = time.monotonic() + 60
+    names: set[str] = set()
+    while time.monotonic() < deadline and len(names) < 2:
+        try:
+            answer = requests.get(
+                "http://127.0.0.1:5599/api/workers?refresh=1", auth=("ops", "secret"), timeout=10
+            )
+            if answer.ok:
+                names = set(answer.json())
+        except requests.ConnectionError:
+            pass
+        time.sleep(1)
+    host = socket.gethostname()
+    assert {f"gpu0@{host}", f"cpu@{host}"} <= names, cluster.logs()
+    refused = requests.get("http://127.0.0.1:5599/api/workers", timeout=10)
+    assert refused.status_code == 401
+
+
+def test_a_redis_restart_mid_batch_loses_no_job(cluster: Cluster, tmp_path: Path):
+    path = manifest(tmp_path / "m.yaml", "rrestart", videos=2, seconds_per_segment=0.3, duration=8)
+    cluster.start_workers(gpus=2)
+    ids = cluster.submit(path)
+    cluster.wait_segments(ids[0], 2)
+    subprocess.run(
+        ["redis-cli", "-h", "127.0.0.1", "-p", "6379", "shutdown", "nosave"],
+        capture_output=True,
+        timeout=30,
+    )
+    time.sleep(1)
+    subprocess.run(
+        [
+            "redis-server",
+            "--daemonize",
+            "yes",
+            "--bind",
+            "127.0.0.1",
+            "-::1",
+            "--port",
+            "6379",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            "/var/lib/redis",
+            "--logfile",
+            "/var/log/redis/ci.log",
+        ],
+        check=True,
+        timeout=30,
+    )
+    jobs = cluster.wait_done(ids, timeout=300)
+    assert [j.stage for j in jobs] == [Stage.DONE] * 2, cluster.logs()
+
+
+def test_a_graceful_shutdown_hands_the_job_back_at_once(cluster: Cluster, tmp_path: Path):
+    cluster.env_overrides = {"FACTORY_STALE_AFTER": "600"}  # the sweeper cannot be the rescuer
+    path = manifest(tmp_path / "m.yaml", "leave", videos=1, seconds_per_segment=0.4, duration=10)
+    cluster.start_workers(gpus=1)
+    (job_id,) = cluster.submit(path)
+    cluster.wait_segments(job_id, 3)
+    os.kill(cluster.processes["gpu0"].pid, signal.SIGTERM)  # warm shutdown
+    cluster.processes["gpu0"].wait(timeout=60)
+    cluster.start("gpu1", "worker", "--gpu", "1")
+    (job,) = cluster.wait_done([job_id], timeout=120)
+    assert job.stage is Stage.DONE
+    events = cluster.factory().jobs.events(job_id)
+    assert not any(e.event == "recovered" for e in events)
+    assert set(cluster.segment_counts(job_id).values()) == {1}
+    claimers = {e.detail["worker"].split("/")[1] for e in events if e.event == "claimed"}
+    assert f"gpu.{socket.gethostname()}.1" in claimers
+
+
+def test_cancel_stops_the_worker_at_the_next_segment(cluster: Cluster, tmp_path: Path):
+    path = manifest(tmp_path / "m.yaml", "stop", videos=1, seconds_per_segment=0.4, duration=12)
+    cluster.start_workers(gpus=1, cpu=False)
+    (job_id,) = cluster.submit(path)
+    cluster.wait_segments(job_id, 2)
+    assert run_cli("cancel", job_id, env=cluster.env).returncode == 0
+    time.sleep(2)
+    machine = cluster.factory().jobs
+    job = machine.get(job_id)
+    assert job.stage is Stage.CANCELLED
+    done_after = [e for e in machine.events(job_id) if e.event == "segment.done"]
+    time.sleep(2)
+    assert len([e for e in machine.events(job_id) if e.event == "segment.done"]) == len(done_after)
+    assert len(done_after) < job.progress["segments_total"]
