@@ -58,6 +58,7 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
         with Heartbeat(rt.machine, job_id, job.attempt, rt.settings.heartbeat_every):
             job, rt.warm = make_segment(rt.ctx, job, rt.warm)
         done = job.progress["segments"][-1] if job.progress["segments"] else None
+        log.info("segment.done", extra={"segment": done, "attempt": job.attempt})
         for chunk in plan_chunks(job.video):
             if chunk.segments[-1].index == done:
                 dispatch.send_chunk(app, job, chunk.index)
@@ -149,8 +150,7 @@ def sweep() -> dict[str, list[str]]:
 def _own_queue_alive(rt: Runtime) -> bool:
     if not rt.own_queue:
         return False
-    conn = broker.client(rt.settings.broker_url or "")
-    return bool(conn.exists(ALIVE_PREFIX + rt.own_queue))
+    return bool(rt.broker.exists(ALIVE_PREFIX + rt.own_queue))
 
 
 def _fail(job_id: str, attempt: int, exc: Exception, internal: bool = False) -> None:

@@ -9,6 +9,8 @@ import os
 import socket
 from dataclasses import dataclass, field
 
+import redis
+
 from factory.app import Factory
 from factory.config import Settings
 from factory.db.state import JobStateMachine
@@ -25,6 +27,16 @@ class Runtime:
     worker: str
     own_queue: str | None  # this GPU worker's queue, if it is one
     warm: WarmTail | None = field(default=None)
+    _broker: redis.Redis | None = field(default=None)
+
+    @property
+    def broker(self) -> redis.Redis:
+        """One Redis client per process for looking into the broker (queues, alive keys)."""
+        if self._broker is None:
+            self._broker = redis.Redis.from_url(
+                self.settings.broker_url or "redis://", socket_timeout=10, socket_connect_timeout=10
+            )
+        return self._broker
 
     @property
     def machine(self) -> JobStateMachine:

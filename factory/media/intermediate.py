@@ -1,4 +1,4 @@
-"""The lossless segment intermediate: FFV1 in Matroska, planar RGB (bit-exact to the frames).
+"""The lossless segment intermediate: FFV1 in Matroska, RGB (bit-exact to the frames).
 
 One file per segment holds the output frames that segment writes; its tail context (the
 generated frames the next segment continues from) is kept beside it as a ``.npy``. Both
@@ -11,31 +11,28 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import av
 import numpy as np
 
-from factory.media.ffmpeg import QUIET, RawVideoWriter, atomic_output, ffmpeg_exe
-
-
-def ffv1_writer_argv(exe: str, width: int, height: int, fps: int, output: Path) -> list[str]:
-    return [
-        exe, *QUIET,
-        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{width}x{height}", "-r", str(fps),
-        "-i", "-",
-        "-c:v", "ffv1", "-level", "3", "-g", "1", "-slices", "4", "-slicecrc", "1",
-        "-pix_fmt", "gbrp",
-        "-fflags", "+bitexact", "-flags:v", "+bitexact",
-        "-f", "matroska", str(output),
-    ]  # fmt: skip
+from factory.media.ffmpeg import QUIET, atomic_output, ffmpeg_exe
 
 
 def write_segment(path: Path, frames: np.ndarray, fps: int) -> None:
-    """Write frames [T, H, W, 3] uint8 to ``path`` atomically."""
+    """Write frames [T, H, W, 3] uint8 to ``path`` atomically, in-process (PyAV's libavcodec:
+    no ffmpeg process to start per segment, which would cost more than the write itself)."""
     _, height, width, _ = frames.shape
-    with (
-        atomic_output(path) as tmp,
-        RawVideoWriter(ffv1_writer_argv(ffmpeg_exe(), width, height, fps, tmp)) as writer,
-    ):
-        writer.write(frames)
+    with atomic_output(path) as tmp, av.open(str(tmp), "w", format="matroska",
+                 container_options={"fflags": "+bitexact"}) as container:  # fmt: skip
+        stream = container.add_stream("ffv1", rate=fps)
+        stream.width, stream.height = width, height
+        stream.pix_fmt = "bgr0"  # lossless RGB (this libavcodec's FFV1 has no gbrp)
+        stream.options = {"level": "3", "g": "1", "slicecrc": "1"}
+        stream.codec_context.flags |= av.codec.context.Flags.bitexact
+        for frame in frames:
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                container.mux(packet)
+        for packet in stream.encode():
+            container.mux(packet)
 
 
 def decode_argv(exe: str, source: Path) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -261,3 +262,20 @@ def test_cancel_stops_the_worker_at_the_next_segment(cluster: Cluster, tmp_path:
     time.sleep(2)
     assert len([e for e in machine.events(job_id) if e.event == "segment.done"]) == len(done_after)
     assert len(done_after) < job.progress["segments_total"]
+
+
+def test_json_logs_carry_the_job_and_its_trace_id(cluster: Cluster, tmp_path: Path):
+    cluster.env_overrides = {"FACTORY_LOG_FORMAT": "json"}
+    cluster.start_workers(gpus=1, cpu=True, beat=False)
+    (job_id,) = cluster.submit(manifest(tmp_path / "m.yaml", "logs", videos=1, duration=3))
+    (job,) = cluster.wait_done([job_id])
+    records = []
+    for line in (cluster.home / "gpu0.log").read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue  # Celery's start-up banner is plain text
+    segment_lines = [r for r in records if r.get("message") == "segment.done"]
+    assert segment_lines and all(r["job_id"] == job_id for r in segment_lines)
+    assert {r["trace_id"] for r in segment_lines} == {job.trace_id}
+    assert {e.trace_id for e in cluster.factory().jobs.events(job_id)} == {job.trace_id}

@@ -9,19 +9,9 @@ import pytest
 
 from factory.media.audio import audio_argv, mux_argv
 from factory.media.concat import concat_copy_argv, ffconcat
-from factory.media.intermediate import ffv1_writer_argv
 from factory.media.presets import PRESETS, PresetError, encode_argv, x265_params
 
 Q = ["-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
-
-
-def test_ffv1_writer():
-    assert ffv1_writer_argv("ff", 640, 360, 16, Path("/w/s.mkv")) == [
-        "ff", *Q, "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", "640x360", "-r", "16", "-i", "-",
-        "-c:v", "ffv1", "-level", "3", "-g", "1", "-slices", "4", "-slicecrc", "1",
-        "-pix_fmt", "gbrp", "-fflags", "+bitexact", "-flags:v", "+bitexact",
-        "-f", "matroska", "/w/s.mkv",
-    ]  # fmt: skip
 
 
 def test_encode_master_hevc_main10():

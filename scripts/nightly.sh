@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Submit tonight's batch: the cron entry point (docs/operations.md, scripts/crontab.example).
+#
+#   scripts/nightly.sh /etc/factory/nightly.yaml [BATCH-PREFIX]
+#
+# Harmless if cron fires twice: the batch name carries the date, so the second submission
+# finds every job already there and creates (and dispatches) nothing; a lock keeps two
+# runs from overlapping. Environment: the FACTORY_* variables of the cluster, typically
+# from /etc/factory/env.
+set -euo pipefail
+manifest=${1:?usage: nightly.sh MANIFEST [BATCH-PREFIX]}
+prefix=${2:-nightly}
+here="$(cd "$(dirname "$0")/.." && pwd)"
+factory=${FACTORY_CLI:-$here/.venv/bin/factory}
+[ -f /etc/factory/env ] && set -a && . /etc/factory/env && set +a
+batch="$prefix-$(date +%F)"
+exec 9>"${TMPDIR:-/tmp}/factory-nightly.lock"
+flock -w 600 9 || { echo "another nightly submission is still running" >&2; exit 1; }
+echo "$(date -Is) submitting $manifest as batch $batch"
+"$factory" submit "$manifest" --batch "$batch"
+"$factory" jobs --batch "$batch"
