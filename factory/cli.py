@@ -146,9 +146,16 @@ def submit(
         from tasks.app import app as celery_app  # only here: factory/ does not need Celery
         from tasks.dispatch import dispatch
 
-        for job in result.jobs:
-            if job.job_id in created:
-                dispatch(celery_app, job)
+        try:
+            for job in result.jobs:
+                if job.job_id in created:
+                    dispatch(celery_app, job)
+        except Exception as exc:  # the broker is away: the jobs exist, the sweeper sends them
+            err.print(
+                f"warning: jobs created but not dispatched ({type(exc).__name__}: {exc}); "
+                "the sweeper sends them once the broker is back",
+                markup=False,
+            )
     if as_json:
         _print_json(
             [

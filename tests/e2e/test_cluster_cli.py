@@ -77,3 +77,13 @@ def test_nightly_script_is_harmless_when_cron_fires_twice(tmp_path: Path):
     assert "0 created, 3 already submitted" in runs[1].stderr
     listed = json.loads(run_cli("jobs", "--json", env=embedded(tmp_path)).stdout)
     assert len(listed) == 3 and all(j["batch"].startswith("nightly-") for j in listed)
+
+
+def test_submit_with_the_broker_away_keeps_the_jobs(tmp_path: Path):
+    env = {**embedded(tmp_path), "FACTORY_BROKER_URL": "redis://127.0.0.1:1/0"}
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(manifest_text("away", videos=2))
+    result = run_cli("submit", str(manifest), env=env)
+    assert result.returncode == 0 and "not dispatched" in result.stderr
+    assert "the sweeper sends them" in result.stderr
+    assert len(json.loads(run_cli("jobs", "--json", env=env).stdout)) == 2

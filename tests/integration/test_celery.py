@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -54,12 +55,15 @@ def test_killed_workers_cost_at_most_one_segment_each(cluster: Cluster, tmp_path
     path = manifest(tmp_path / "m.yaml", "chaos", videos=3, seconds_per_segment=0.4, duration=10)
     cluster.start_workers(gpus=2)
     ids = cluster.submit(path)
+    jitter = random.Random(os.getpid())
     cluster.wait_segments(ids[0], 3)
+    time.sleep(jitter.uniform(0, 0.4))  # somewhere inside a segment
     kills = 0
     child = cluster.children("gpu0")
     os.kill(child[0], signal.SIGKILL)  # a worker's child, mid-segment
     kills += 1
     cluster.wait_segments(ids[1], 5)
+    time.sleep(jitter.uniform(0, 0.4))
     os.kill(cluster.processes["gpu1"].pid, signal.SIGKILL)  # a worker's parent
     for pid in cluster.children("gpu1"):
         os.kill(pid, signal.SIGKILL)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from datetime import timedelta
 
 import pytest
 
@@ -220,3 +221,34 @@ def test_timeline_reads_in_order(machine: JobStateMachine, batch_name: str):
     machine.requeue(job.job_id)
     names = [e.event for e in machine.events(job.job_id)]
     assert names == ["submitted", "claimed", "advanced", "advanced", "cancelled", "requeued"]
+
+
+def test_sweeper_claims_stale_jobs_and_gives_up_after_the_budget(
+    machine: JobStateMachine, batch_name: str
+):
+    job = job_at(machine, batch_name, Stage.GENERATE)
+    later = JobStateMachine(
+        machine.database, clock=lambda: job.heartbeat_at + timedelta(seconds=60)
+    )
+    claimed, failed = later.claim_stale(stale_after=30, waiting=set(), max_recoveries=1, worker="s")
+    mine = [j for j in claimed if j.job_id == job.job_id]
+    assert len(mine) == 1 and mine[0].recoveries == 1 and mine[0].attempt == job.attempt + 1
+    # Waiting in a queue: not stale, left alone.
+    much_later = JobStateMachine(
+        machine.database, clock=lambda: job.heartbeat_at + timedelta(seconds=600)
+    )
+    claimed, failed = much_later.claim_stale(
+        stale_after=30, waiting={job.job_id}, max_recoveries=1, worker="s"
+    )
+    assert job.job_id not in {j.job_id for j in claimed + failed}
+    # Silent again, with its one recovery spent: failed, with the reason.
+    claimed, failed = much_later.claim_stale(
+        stale_after=30, waiting=set(), max_recoveries=1, worker="s"
+    )
+    gone = [j for j in failed if j.job_id == job.job_id]
+    assert len(gone) == 1 and gone[0].stage is Stage.FAILED
+    assert (
+        gone[0].last_error["kind"] == "Abandoned"
+        and "1 automatic recoveries" in gone[0].last_error["message"]
+    )
+    assert machine.requeue(job.job_id).stage is Stage.GENERATE  # the operator gives a new budget
