@@ -208,6 +208,8 @@ def test_a_redis_restart_mid_batch_loses_no_job(cluster: Cluster, tmp_path: Path
         timeout=30,
     )
     time.sleep(1)
+    for folder in ("/var/lib/redis", "/var/log/redis"):
+        os.makedirs(folder, exist_ok=True)
     subprocess.run(
         [
             "redis-server",
