@@ -143,19 +143,7 @@ def submit(
     result = submit_manifest(parsed, factory.jobs, factory.tokens)
     created = set(result.created)
     if factory.settings.broker_url and created:
-        from tasks.app import app as celery_app  # only here: factory/ does not need Celery
-        from tasks.dispatch import dispatch
-
-        try:
-            for job in result.jobs:
-                if job.job_id in created:
-                    dispatch(celery_app, job)
-        except Exception as exc:  # the broker is away: the jobs exist, the sweeper sends them
-            err.print(
-                f"warning: jobs created but not dispatched ({type(exc).__name__}: {exc}); "
-                "the sweeper sends them once the broker is back",
-                markup=False,
-            )
+        _dispatch([j for j in result.jobs if j.job_id in created], "jobs created")
     if as_json:
         _print_json(
             [
@@ -345,7 +333,10 @@ def requeue(
 ) -> None:
     """Put a failed, cancelled, stuck or finished job back to work."""
     start = _stage(from_stage, "--from") if from_stage else None
-    job = _factory().jobs.requeue(job_id, from_stage=start)
+    factory = _factory()
+    job = factory.jobs.requeue(job_id, from_stage=start)
+    if factory.settings.broker_url:
+        _dispatch([job], "job requeued")
     if as_json:
         _print_json(_job_summary(job))
         return
@@ -370,6 +361,22 @@ def cancel(
     out.print(
         f"{job.job_id} cancelled (was {job.stopped_stage.value if job.stopped_stage else '?'})"
     )
+
+
+def _dispatch(jobs: list[Job], what: str) -> None:
+    """Send jobs to the workers; if the broker is away they stay recorded for the sweeper."""
+    from tasks.app import app as celery_app  # only here: the rest of factory/ needs no Celery
+    from tasks.dispatch import dispatch
+
+    try:
+        for job in jobs:
+            dispatch(celery_app, job)
+    except Exception as exc:
+        err.print(
+            f"warning: {what} but not dispatched ({type(exc).__name__}: {exc}); "
+            "the sweeper sends them once the broker is back",
+            markup=False,
+        )
 
 
 # --- presentation ----------------------------------------------------------------------

@@ -285,3 +285,17 @@ def test_json_logs_carry_the_job_and_its_trace_id(cluster: Cluster, tmp_path: Pa
     assert segment_lines and all(r["job_id"] == job_id for r in segment_lines)
     assert {r["trace_id"] for r in segment_lines} == {job.trace_id}
     assert {e.trace_id for e in cluster.factory().jobs.events(job_id)} == {job.trace_id}
+
+
+def test_requeue_sends_the_job_back_to_the_workers(cluster: Cluster, tmp_path: Path):
+    cluster.env_overrides = {"FACTORY_STALE_AFTER": "600"}  # not the sweeper: the requeue sends it
+    cluster.start_workers(gpus=1, cpu=True, beat=False)
+    (job_id,) = cluster.submit(manifest(tmp_path / "m.yaml", "again", videos=1, duration=3))
+    (job,) = cluster.wait_done([job_id])
+    assert job.stage is Stage.DONE
+    assert run_cli("requeue", job_id, "--from", "encode", env=cluster.env).returncode == 0
+    (job,) = cluster.wait_done([job_id], timeout=120)
+    assert job.stage is Stage.DONE
+    events = [e.event for e in cluster.factory().jobs.events(job_id)]
+    assert events.count("requeued") == 1 and events[-1] == "advanced"
+    assert set(cluster.segment_counts(job_id).values()) == {1}  # generation was kept
