@@ -118,6 +118,8 @@ class ModelSettings(_Strict):
     seconds_per_segment: float | None = Field(
         default=None, gt=0, le=MAX_SECONDS_PER_SEGMENT, allow_inf_nan=False
     )
+    steps: StrictInt | None = Field(default=None, ge=1, le=200)
+    guidance: float | None = Field(default=None, ge=0, le=30, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod
@@ -137,6 +139,8 @@ class ModelSettings(_Strict):
             raise ValueError("family timed needs `seconds_per_segment`")
         if self.family != "timed" and self.seconds_per_segment is not None:
             raise ValueError(f"family {self.family} takes no `seconds_per_segment`")
+        if not diffusers and (self.steps is not None or self.guidance is not None):
+            raise ValueError(f"family {self.family} takes no `steps` or `guidance`")
         return self
 
 
@@ -337,7 +341,9 @@ def _resolve(
         seed=derived_seed(scenes, negative_prompt) if seed is None else seed,
         scenes=scenes,
         negative_prompt=negative_prompt,
-        model=ModelChoice(model.family, model.path, model.seconds_per_segment),
+        model=ModelChoice(
+            model.family, model.path, model.seconds_per_segment, model.steps, model.guidance
+        ),
         segment_frames=segment.frames,
         segment_overlap=segment.overlap,
         renditions=tuple(values["renditions"]),

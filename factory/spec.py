@@ -31,6 +31,8 @@ class ModelChoice:
     family: str
     path: str | None = None  # local model directory, diffusers families only
     seconds_per_segment: float | None = None  # timed family only
+    steps: int | None = None  # diffusers families: denoising steps
+    guidance: float | None = None  # diffusers families: classifier-free guidance scale
 
 
 @dataclass(frozen=True)

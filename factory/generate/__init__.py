@@ -24,9 +24,13 @@ def make_generator(model: ModelChoice) -> Generator:
     if model.family == "timed":
         assert model.seconds_per_segment is not None
         return TimedGenerator(model.seconds_per_segment)
+    if model.family == "skyreels-v2-df":
+        from factory.generate.diffusers_backend import SkyReelsDiffusionForcing
+
+        return SkyReelsDiffusionForcing(model)
     if model.family in DIFFUSERS_FAMILIES:
         raise PermanentError(
-            f"model family {model.family} needs the diffusers backend, which this build does "
-            "not include yet; use `procedural` or `timed`"
+            f"model family {model.family} is not supported by this build yet; "
+            "use skyreels-v2-df, procedural or timed"
         )
     raise PermanentError(f"unknown model family {model.family!r}")
