@@ -187,6 +187,7 @@ def run(
         store=open_store(settings.store_url),
         work_root=settings.home / "work",
         stitch_strength=stitch_strength,
+        attention_override=settings.attention_backend,
     )
     worker = f"{socket.gethostname()}/run-{os.getpid()}"
     finished, seconds = [], {}

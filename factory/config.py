@@ -31,6 +31,7 @@ class Settings:
     heartbeat_every: int
     segment_time_limit: int
     log_format: str
+    attention_backend: str | None
 
     @property
     def is_embedded_database(self) -> bool:
@@ -55,6 +56,7 @@ class Settings:
             heartbeat_every=_positive_int(env, "FACTORY_HEARTBEAT_EVERY", 30),
             segment_time_limit=_positive_int(env, "FACTORY_SEGMENT_TIME_LIMIT", 1800),
             log_format=env.get("FACTORY_LOG_FORMAT") or "text",
+            attention_backend=env.get("FACTORY_ATTENTION_BACKEND") or None,
         )
         settings._check_schemes()
         return settings
@@ -71,6 +73,10 @@ class Settings:
             raise ConfigError(
                 f"scheme {store_scheme!r} is not supported; use file:///path or s3://bucket/prefix",
                 field="FACTORY_STORE_URL",
+            )
+        if self.attention_backend not in (None, "_flash_3", "flash", "native"):
+            raise ConfigError(
+                "must be _flash_3, flash or native", field="FACTORY_ATTENTION_BACKEND"
             )
         if self.log_format not in ("text", "json"):
             raise ConfigError(

@@ -55,7 +55,8 @@ def runtime() -> Runtime:
             machine=factory.jobs,
             store=open_store(settings.store_url),
             work_root=settings.home / "work",
-            device="cuda" if os.environ.get("CUDA_VISIBLE_DEVICES") else "cpu",
+            device=_device(),
+            attention_override=settings.attention_backend,
         )
         own = os.environ.get("FACTORY_GPU_QUEUE") or None
         _runtime = Runtime(
@@ -66,3 +67,12 @@ def runtime() -> Runtime:
             own_queue=own,
         )
     return _runtime
+
+
+def _device() -> str:
+    """`cuda` for a GPU worker on a machine that has one (checked in the child, after the fork)."""
+    if not os.environ.get("CUDA_VISIBLE_DEVICES"):
+        return "cpu"
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"

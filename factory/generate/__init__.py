@@ -18,7 +18,7 @@ __all__ = [
 ]
 
 
-def make_generator(model: ModelChoice) -> Generator:
+def make_generator(model: ModelChoice, attention_override: str | None = None) -> Generator:
     if model.family == "procedural":
         return ProceduralGenerator()
     if model.family == "timed":
@@ -27,7 +27,7 @@ def make_generator(model: ModelChoice) -> Generator:
     if model.family == "skyreels-v2-df":
         from factory.generate.diffusers_backend import SkyReelsDiffusionForcing
 
-        return SkyReelsDiffusionForcing(model)
+        return SkyReelsDiffusionForcing(model, attention_override)
     if model.family in DIFFUSERS_FAMILIES:
         raise PermanentError(
             f"model family {model.family} is not supported by this build yet; "

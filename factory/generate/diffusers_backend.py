@@ -15,6 +15,7 @@ generated as the next 4k+1 >= L and trimmed; the overlap must itself be 4k+1 fra
 from __future__ import annotations
 
 import json
+import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,12 @@ from typing import Any
 import numpy as np
 
 from factory.errors import PermanentError
+from factory.generate.attention import Capabilities, choose
 from factory.generate.base import Frames, PromptEmbedding, SegmentSpec
+from factory.generate.guard import check_float_output
 from factory.spec import ModelChoice
+
+log = logging.getLogger(__name__)
 
 TIME_STRIDE = 4
 DEFAULT_STEPS = 30
@@ -67,9 +72,11 @@ class _Pipelines:
 class SkyReelsDiffusionForcing:
     name = "skyreels-v2-df"
 
-    def __init__(self, model: ModelChoice) -> None:
+    def __init__(self, model: ModelChoice, attention_override: str | None = None) -> None:
         assert model.path is not None
         self.model = model
+        self.attention_override = attention_override
+        self.attention: tuple[str, str] | None = None  # (backend, reason), once loaded
         self.steps = model.steps or DEFAULT_STEPS
         self.guidance = model.guidance if model.guidance is not None else DEFAULT_GUIDANCE
         self._pipes: _Pipelines | None = None
@@ -96,8 +103,12 @@ class SkyReelsDiffusionForcing:
         extend = SkyReelsV2DiffusionForcingVideoToVideoPipeline(**base.components)
         for pipe in (base, extend):
             pipe.set_progress_bar_config(disable=True)
-        if not device.startswith("cuda"):
-            base.transformer.set_attention_backend("native")
+        # Synchronous diffusion forcing (causal_block_size 1) needs no dense mask.
+        self.attention = choose(Capabilities.probe(device), dense_mask=False,
+                                override=self.attention_override)  # fmt: skip
+        base.transformer.set_attention_backend(self.attention[0])
+        log.info("attention.chosen", extra={"backend": self.attention[0],
+                                            "reason": self.attention[1]})  # fmt: skip
         self._pipes = _Pipelines(base, extend, device)
 
     def encode_prompt(self, prompt: str, negative_prompt: str = "") -> PromptEmbedding:
@@ -136,8 +147,9 @@ class SkyReelsDiffusionForcing:
                 tail = [Image.fromarray(frame) for frame in context[-overlap:]]
                 out = pipes.video_to_video(video=tail, overlap_history=overlap, **common)
                 video = out.frames[0][overlap:]  # it returns the input tail, then its frames
-        frames = np.clip(np.rint(np.asarray(video, np.float32) * 255), 0, 255).astype(np.uint8)
-        return frames[: seg.frames]
+        video = np.asarray(video, np.float32)
+        check_float_output(video, f"{self.name} segment {seg.index}")
+        return np.clip(np.rint(video * 255), 0, 255).astype(np.uint8)[: seg.frames]
 
     def _loaded(self) -> _Pipelines:
         if self._pipes is None:

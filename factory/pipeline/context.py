@@ -21,6 +21,7 @@ class StageContext:
     work_root: Path  # local scratch space (concat lists, temporary files)
     stitch_strength: float = 1.0
     device: str = "cpu"
+    attention_override: str | None = None  # FACTORY_ATTENTION_BACKEND
     on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk
     _generators: dict[ModelChoice, Generator] = field(default_factory=dict)
     _prompts: dict[tuple[ModelChoice, str, str], PromptEmbedding] = field(default_factory=dict)
@@ -28,7 +29,7 @@ class StageContext:
     def generator(self, model: ModelChoice) -> Generator:
         """One generator per model, loaded once and kept warm for the next segments."""
         if model not in self._generators:
-            generator = make_generator(model)
+            generator = make_generator(model, self.attention_override)
             generator.load(self.device)
             self._generators[model] = generator
         return self._generators[model]

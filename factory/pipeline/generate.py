@@ -12,6 +12,7 @@ import numpy as np
 
 from factory.db.state import Job
 from factory.generate import SegmentSpec, segment_seed
+from factory.generate.guard import check_frames
 from factory.media.intermediate import read_tail, write_segment, write_tail
 from factory.pipeline.context import StageContext
 from factory.plan import SegmentPlan, plan_segments, scene_start_frames
@@ -59,6 +60,7 @@ def generate_segment(
     spec = SegmentSpec(plan.index, plan.frames, video.width, video.height, video.fps,
                        plan.first_frame, plan.context)  # fmt: skip
     frames = generator.generate(spec, prompt, tail, segment_seed(video.seed, plan.index))
+    check_frames(frames, f"segment {plan.index}")
     stitched = stitch(plan, frames, tail, ctx.stitch_strength)
     _store_segment(ctx, video, plan, stitched.frames, stitched.tail)
     seconds = round(time.monotonic() - started, 3)
@@ -71,7 +73,12 @@ def generate_segment(
             "segment_seconds": {**job.progress["segment_seconds"], str(plan.index): seconds},
         },
         event="segment.done",
-        detail={"segment": plan.index, "seconds": seconds, "frames": plan.write_count},
+        detail={
+            "segment": plan.index,
+            "seconds": seconds,
+            "frames": plan.write_count,
+            **_backend(generator),
+        },
     )
     return job, WarmTail(job.job_id, plan.index, stitched.tail)
 
@@ -110,3 +117,9 @@ def _store_segment(
 def _stored_tail(ctx: StageContext, video: VideoSpec, index: int) -> np.ndarray:
     with ctx.store.local_path(keys.tail(video.batch, video.video_id, index)) as path:
         return read_tail(path)
+
+
+def _backend(generator: object) -> dict[str, str]:
+    """The attention backend and why, for generators that choose one (recorded per segment)."""
+    attention = getattr(generator, "attention", None)
+    return {"attention": attention[0], "attention_reason": attention[1]} if attention else {}

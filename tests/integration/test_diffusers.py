@@ -48,6 +48,9 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(tmp_path: Path, 
     job = factory.jobs.get("df.chain")
     assert job.progress["segments"] == [0, 1, 2, 3] and job.progress["qc"]["passed"] is True
     assert (tmp_path / "home" / "store" / "df" / "chain" / "out" / "mobile.mp4").is_file()
+    segments = [e for e in factory.jobs.events("df.chain") if e.event == "segment.done"]
+    assert {e.detail["attention"] for e in segments} == {"native"}  # chosen and recorded
+    assert "no CUDA" in segments[0].detail["attention_reason"]
 
 
 def test_a_resumed_job_makes_the_same_frames(tmp_path: Path, model_dir: Path):
@@ -95,3 +98,21 @@ def test_a_missing_model_directory_is_a_clear_error(tmp_path: Path, model_dir: P
     assert failed.returncode == 1
     status = run_cli("status", "broken.chain", env=env).stdout
     assert "missing transformer" in status and "failed (in generate)" in status
+
+
+def test_a_poisoned_model_fails_the_job_instead_of_making_a_video(tmp_path: Path, model_dir: Path):
+    import torch
+    from diffusers import SkyReelsV2Transformer3DModel
+
+    poisoned = tmp_path / "poisoned"
+    shutil.copytree(model_dir, poisoned)
+    transformer = SkyReelsV2Transformer3DModel.from_pretrained(poisoned / "transformer")
+    with torch.no_grad():
+        transformer.proj_out.weight.fill_(float("nan"))
+    transformer.save_pretrained(poisoned / "transformer")
+    path = tmp_path / "m.yaml"
+    path.write_text(manifest(poisoned, batch="nan"))
+    env = home_env(tmp_path / "home")
+    assert run_cli("run", str(path), env=env, timeout=300).returncode == 1
+    status = run_cli("status", "nan.chain", env=env).stdout
+    assert "BadOutput" in status and "NaN" in status and "failed (in generate)" in status
