@@ -188,6 +188,7 @@ def run(
         work_root=settings.home / "work",
         stitch_strength=stitch_strength,
         attention_override=settings.attention_backend,
+        drift_factor=settings.drift_factor,
     )
     worker = f"{socket.gethostname()}/run-{os.getpid()}"
     finished, seconds = [], {}

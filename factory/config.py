@@ -32,6 +32,7 @@ class Settings:
     segment_time_limit: int
     log_format: str
     attention_backend: str | None
+    drift_factor: float
 
     @property
     def is_embedded_database(self) -> bool:
@@ -57,6 +58,7 @@ class Settings:
             segment_time_limit=_positive_int(env, "FACTORY_SEGMENT_TIME_LIMIT", 1800),
             log_format=env.get("FACTORY_LOG_FORMAT") or "text",
             attention_backend=env.get("FACTORY_ATTENTION_BACKEND") or None,
+            drift_factor=_fraction(env, "FACTORY_DRIFT_FACTOR", 0.0),
         )
         settings._check_schemes()
         return settings
@@ -100,4 +102,17 @@ def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
         raise ConfigError(f"must be a whole number of seconds, got {raw!r}", field=name) from None
     if value <= 0:
         raise ConfigError(f"must be > 0, got {value}", field=name)
+    return value
+
+
+def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"must be a number from 0 to 1, got {raw!r}", field=name) from None
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"must be from 0 to 1, got {value}", field=name)
     return value

@@ -76,3 +76,29 @@ def _align(
             continue
         corrected = (frames[j] - new_mean) * ratio + tail_mean
         frames[j] += w * (corrected - frames[j])
+
+
+def anchor_stats(frames: np.ndarray) -> dict[str, list[float]]:
+    """The first segment's colour statistics, kept with the job as the drift anchor."""
+    mean, std = channel_stats(frames)
+    return {"mean": [round(float(v), 4) for v in mean], "std": [round(float(v), 4) for v in std]}
+
+
+def toward_anchor(frames: np.ndarray, anchor: dict[str, list[float]], factor: float) -> np.ndarray:
+    """Move a segment's per-channel statistics ``factor`` (0..1) of the way to the anchor's.
+
+    Counters the slow colour and brightness drift that builds up over many extensions (as
+    LTX's ``adain_factor`` does in latent space); 0 leaves the segment alone. Applied before
+    stitching, so the seam alignment to the previous tail still has the last word.
+    """
+    if not 0.0 <= factor <= 1.0:
+        raise ValueError(f"drift factor must be within 0..1, got {factor}")
+    if factor == 0:
+        return frames
+    data = frames.astype(np.float32)
+    mean, std = channel_stats(data)
+    target_mean = np.asarray(anchor["mean"], np.float32)
+    ratio = np.clip(np.asarray(anchor["std"], np.float32) / np.maximum(std, 1e-3),
+                    1 / MAX_SPREAD_RATIO, MAX_SPREAD_RATIO)  # fmt: skip
+    data += factor * ((data - mean) * ratio + target_mean - data)
+    return np.clip(np.rint(data), 0, 255).astype(np.uint8)

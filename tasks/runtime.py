@@ -57,6 +57,7 @@ def runtime() -> Runtime:
             work_root=settings.home / "work",
             device=_device(),
             attention_override=settings.attention_backend,
+            drift_factor=settings.drift_factor,
         )
         own = os.environ.get("FACTORY_GPU_QUEUE") or None
         _runtime = Runtime(

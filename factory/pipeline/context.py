@@ -20,6 +20,7 @@ class StageContext:
     store: Store
     work_root: Path  # local scratch space (concat lists, temporary files)
     stitch_strength: float = 1.0
+    drift_factor: float = 0.0  # pull each segment's colours toward the first segment's (0..1)
     device: str = "cpu"
     attention_override: str | None = None  # FACTORY_ATTENTION_BACKEND
     on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk

@@ -18,7 +18,7 @@ from factory.pipeline.context import StageContext
 from factory.plan import SegmentPlan, plan_segments, scene_start_frames
 from factory.spec import VideoSpec
 from factory.stages import Stage
-from factory.stitch import stitch
+from factory.stitch import anchor_stats, stitch, toward_anchor
 from factory.store import keys
 
 
@@ -61,6 +61,9 @@ def generate_segment(
                        plan.first_frame, plan.context)  # fmt: skip
     frames = generator.generate(spec, prompt, tail, segment_seed(video.seed, plan.index))
     check_frames(frames, f"segment {plan.index}")
+    anchor = job.progress.get("anchor")
+    if anchor and plan.index > 0:
+        frames = toward_anchor(frames, anchor, ctx.drift_factor)
     stitched = stitch(plan, frames, tail, ctx.stitch_strength)
     _store_segment(ctx, video, plan, stitched.frames, stitched.tail)
     seconds = round(time.monotonic() - started, 3)
@@ -68,6 +71,7 @@ def generate_segment(
         job.job_id,
         attempt=job.attempt,
         updates={
+            **({"anchor": anchor_stats(stitched.frames)} if plan.index == 0 else {}),
             "segments": sorted({*job.progress["segments"], plan.index}),
             "frame": plan.write_end,
             "segment_seconds": {**job.progress["segment_seconds"], str(plan.index): seconds},

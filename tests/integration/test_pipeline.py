@@ -17,7 +17,7 @@ import pytest
 from factory.app import Factory
 from factory.config import Settings
 from factory.errors import MediaError, NoSuchJob
-from factory.manifest import load_manifest
+from factory.manifest import load_manifest, parse_manifest
 from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS
 from factory.media.probe import probe
@@ -236,3 +236,29 @@ def test_ffmpeg_failure_carries_command_and_stderr(tmp_path: Path):
         run([ffmpeg_exe(), "-hide_banner", "-i", str(tmp_path / "missing.mkv"), "-f", "null", "-"])
     assert caught.value.returncode != 0
     assert "missing.mkv" in caught.value.stderr_tail and caught.value.argv[0] == ffmpeg_exe()
+
+
+def test_drift_control_pulls_later_segments_toward_the_first(tmp_path: Path):
+    import numpy as np
+
+    from factory.media.intermediate import read_frames
+    from factory.pipeline.generate import generate_segment
+    from factory.stitch import channel_stats
+
+    text = TIMED.replace("seconds_per_segment: 0.6", "seconds_per_segment: 0.001").replace(
+        'prompt: "a slow pan over a harbor"',
+        "scenes: [{start: 0, prompt: 'a harbor'}, {start: 1, prompt: 'a city at night'}]",
+    )
+    gaps = {}
+    for factor in (0.0, 1.0):
+        factory, ctx = in_process(tmp_path / f"f{factor}")
+        ctx.drift_factor = factor
+        job = submit(parse_manifest(text), factory.jobs, None).jobs[0]
+        job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="t")
+        warm = None
+        for _ in range(6):
+            job, warm = generate_segment(ctx, job, warm)
+        anchor = np.array(job.progress["anchor"]["mean"])
+        last = read_frames(ctx.store.path(keys.segment("crash", "slow", 5)), 160, 96)
+        gaps[factor] = float(np.abs(channel_stats(last)[0] - anchor).mean())
+    assert gaps[1.0] < gaps[0.0] / 2, gaps

@@ -66,3 +66,18 @@ def test_shapes_and_bad_input():
         stitch(plan, flat(20, (1, 2, 3)), None)
     with pytest.raises(ValueError, match="strength"):
         stitch(plan, flat(24, (1, 2, 3)), None, strength=1.5)
+
+
+def test_toward_anchor_moves_the_statistics_by_the_factor():
+    from factory.stitch import anchor_stats, toward_anchor
+
+    anchor = anchor_stats(flat(6, (100, 120, 140), spread=10, seed=1))
+    drifted = flat(24, (140, 120, 100), spread=20, seed=2)
+    assert toward_anchor(drifted, anchor, 0.0) is drifted
+    full = channel_stats(toward_anchor(drifted, anchor, 1.0))
+    assert np.abs(full[0] - np.array(anchor["mean"])).max() < 1
+    assert np.abs(full[1] - np.array(anchor["std"])).max() < 1
+    half = channel_stats(toward_anchor(drifted, anchor, 0.5))[0]
+    assert abs(float(half[0]) - 120) < 2 and abs(float(half[2]) - 120) < 2
+    with pytest.raises(ValueError, match="drift factor"):
+        toward_anchor(drifted, anchor, 2.0)
