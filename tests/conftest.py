@@ -110,6 +110,12 @@ def redis_url() -> str:
     return REDIS_TEST_URL
 
 
+def embedded_env(home: Path) -> dict[str, str]:
+    """The newcomer's setup: nothing but FACTORY_HOME (the machine's FACTORY_* are blanked)."""
+    return {"FACTORY_HOME": str(home), "FACTORY_DATABASE_URL": "", "FACTORY_REDIS_URL": "",
+            "FACTORY_BROKER_URL": "", "FACTORY_STORE_URL": ""}  # fmt: skip
+
+
 def manifest_text(
     batch: str, videos: int = 2, *, duration: float = 10, prompt: str = "a harbor"
 ) -> str:

@@ -11,20 +11,14 @@ from sqlalchemy import func, select
 from factory.db import migrate
 from factory.db.models import batches, jobs
 from factory.db.session import Database
+from tests import conftest
 from tests.conftest import manifest_text, run_cli
 from tests.unit.test_manifest import BAD_CASES
 
 
 @pytest.fixture
 def embedded_env(tmp_path: Path) -> dict[str, str]:
-    """The newcomer's setup: nothing but FACTORY_HOME."""
-    return {
-        "FACTORY_HOME": str(tmp_path / "home"),
-        "FACTORY_DATABASE_URL": "",
-        "FACTORY_REDIS_URL": "",
-        "FACTORY_BROKER_URL": "",
-        "FACTORY_STORE_URL": "",
-    }
+    return conftest.embedded_env(tmp_path / "home")
 
 
 @pytest.fixture

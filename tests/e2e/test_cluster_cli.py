@@ -7,17 +7,11 @@ import os
 import subprocess
 from pathlib import Path
 
-from tests.conftest import REPO, manifest_text, run_cli
+from tests.conftest import REPO, embedded_env, manifest_text, run_cli
 
 
 def embedded(tmp_path: Path) -> dict[str, str]:
-    return {
-        "FACTORY_HOME": str(tmp_path / "home"),
-        "FACTORY_DATABASE_URL": "",
-        "FACTORY_BROKER_URL": "",
-        "FACTORY_REDIS_URL": "",
-        "FACTORY_STORE_URL": "",
-    }
+    return embedded_env(tmp_path / "home")
 
 
 def test_workers_need_a_broker(tmp_path: Path):

@@ -130,14 +130,19 @@ class Cluster:
         return Counter(e.detail["segment"] for e in events if e.event == "segment.done")
 
     def outputs(self, job: Job) -> dict[str, str]:
-        out = self.home / "store" / job.batch / job.spec["video_id"] / "out"
-        return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*"))}
+        return output_digests(self.home / "store", job)
 
     def logs(self) -> str:
         return "\n".join(
             f"--- {p.name}\n" + p.read_text(errors="replace")[-3000:]
             for p in sorted(self.home.glob("*.log"))
         )
+
+
+def output_digests(store_root: Path, job: Job) -> dict[str, str]:
+    """sha256 of each delivered file of a job, by name."""
+    out = store_root / job.batch / job.spec["video_id"] / "out"
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*"))}
 
 
 def new_cluster(tmp_path: Path, database_url: str) -> Cluster:

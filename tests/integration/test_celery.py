@@ -19,8 +19,8 @@ import requests
 
 from factory.db.state import JobStateMachine
 from factory.stages import Stage
-from tests.conftest import REPO, run_cli
-from tests.integration.cluster import BROKER, Cluster, manifest, new_cluster
+from tests.conftest import REPO, embedded_env, run_cli
+from tests.integration.cluster import BROKER, Cluster, manifest, new_cluster, output_digests
 
 
 @pytest.fixture
@@ -74,28 +74,11 @@ def test_killed_workers_cost_at_most_one_segment_each(cluster: Cluster, tmp_path
     repeated = sum(n - 1 for j in ids for n in cluster.segment_counts(j).values())
     assert repeated <= kills
     assert any(e.event == "recovered" for j in ids for e in cluster.factory().jobs.events(j))
-    # Bit-identical to an uninterrupted run of the same manifest.
+    # Bit-identical to an uninterrupted run of the same manifest, embedded.
     reference = tmp_path / "reference"
-    env = {
-        "FACTORY_HOME": str(reference),
-        "FACTORY_DATABASE_URL": "",
-        "FACTORY_BROKER_URL": "",
-        "FACTORY_REDIS_URL": "",
-        "FACTORY_STORE_URL": "",
-    }
-    quick = manifest(
-        tmp_path / "ref.yaml", "chaos", videos=3, seconds_per_segment=0.001, duration=10
-    )
-    text = quick.read_text().replace("seconds_per_segment: 0.001", "seconds_per_segment: 0.4")
-    quick.write_text(text)
-    assert run_cli("run", str(quick), env=env, timeout=600).returncode == 0
+    assert run_cli("run", str(path), env=embedded_env(reference), timeout=600).returncode == 0
     for job in jobs:
-        video = job.spec["video_id"]
-        out = reference / "store" / "chaos" / video / "out"
-        import hashlib
-
-        expected = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in out.glob("*")}
-        assert cluster.outputs(job) == expected
+        assert cluster.outputs(job) == output_digests(reference / "store", job)
 
 
 def test_a_duplicate_segment_message_is_not_recomputed(cluster: Cluster, tmp_path: Path):

@@ -31,13 +31,9 @@ from factory.store import keys
 from factory.store.file import FileStore
 from factory.submit import submit
 from tests.conftest import REPO, run_cli
+from tests.conftest import embedded_env as home_env
 
 BEDS = REPO / "examples" / "assets"
-
-
-def home_env(home: Path) -> dict[str, str]:
-    return {"FACTORY_HOME": str(home), "FACTORY_DATABASE_URL": "", "FACTORY_REDIS_URL": "",
-            "FACTORY_BROKER_URL": "", "FACTORY_STORE_URL": ""}  # fmt: skip
 
 
 def put_beds(env: dict[str, str]) -> None:
