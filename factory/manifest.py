@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from factory.errors import FieldProblem, ManifestError
+from factory.generate.families import FAMILIES
 from factory.safeyaml import DocumentError, load_json, load_yaml
 from factory.spec import (
     DIFFUSERS_FAMILIES,
@@ -331,6 +332,8 @@ def _resolve(
     segment: SegmentSettings = values["segment"]
     audio: AudioSettings | None = values["audio"]
     resolution: Resolution = values["resolution"]
+    if not _fits_family(model, segment, resolution, origin, here, problems):
+        return None
     spec = VideoSpec(
         batch=document.batch,
         video_id=entry.id or "",
@@ -353,6 +356,35 @@ def _resolve(
         content = {k: v for k, v in spec.to_dict().items() if k not in ("batch", "video_id")}
         spec = VideoSpec(**{**spec.__dict__, "video_id": derived_video_id(content)})
     return spec
+
+
+def _fits_family(
+    model: ModelSettings,
+    segment: SegmentSettings,
+    resolution: Resolution,
+    origin: dict[str, str],
+    here: str,
+    problems: list[FieldProblem],
+) -> bool:
+    """The frame and size rules of a diffusers family's VAE (the released models' values)."""
+    if model.family not in FAMILIES:
+        return True
+    family = FAMILIES[model.family]
+    found = len(problems)
+    overlap_problem = family.overlap_problem(segment.overlap)
+    if overlap_problem:
+        where = origin.get("segment", f"{here}.segment")
+        problems.append(FieldProblem(f"{where}.overlap", overlap_problem))
+    multiple = family.size_multiple
+    if resolution.width % multiple or resolution.height % multiple:
+        problems.append(
+            FieldProblem(
+                origin.get("resolution", f"{here}.resolution"),
+                f"{resolution.width}x{resolution.height} does not suit {model.family}: width "
+                f"and height must be multiples of {multiple}",
+            )
+        )
+    return len(problems) == found
 
 
 def _scenes(

@@ -45,59 +45,115 @@ def tokenizer():
     return built
 
 
+def _umt5(tok):
+    import torch
+    from transformers import UMT5Config, UMT5EncoderModel
+
+    torch.manual_seed(0)
+    config = UMT5Config(vocab_size=len(tok), d_model=32, d_kv=8, d_ff=37, num_layers=2,
+                        num_heads=4, relative_attention_num_buckets=8,
+                        feed_forward_proj="gated-gelu")  # fmt: skip
+    return UMT5EncoderModel(config).eval()
+
+
+def _wan_vae():
+    from diffusers import AutoencoderKLWan
+
+    return AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                            temperal_downsample=[False, True, True]).eval()  # fmt: skip
+
+
+_WAN_TRANSFORMER = dict(patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12,
+                        in_channels=16, out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32,
+                        cross_attn_norm=True, qk_norm="rms_norm_across_heads",
+                        rope_max_seq_len=32)  # fmt: skip
+
+
+def _flow_unipc():
+    from diffusers import UniPCMultistepScheduler
+
+    return UniPCMultistepScheduler(
+        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=8.0
+    )
+
+
 def save_skyreels_df(folder: Path) -> Path:
     import torch
+    from diffusers import SkyReelsV2DiffusionForcingPipeline, SkyReelsV2Transformer3DModel
+
+    tok = tokenizer()
+    text_encoder = _umt5(tok)
+    torch.manual_seed(0)
+    vae = _wan_vae()
+    transformer = SkyReelsV2Transformer3DModel(num_layers=2, **_WAN_TRANSFORMER).eval()
+    SkyReelsV2DiffusionForcingPipeline(
+        tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer,
+        scheduler=_flow_unipc(),
+    ).save_pretrained(folder)  # fmt: skip
+    return folder
+
+
+def save_wan_vace(folder: Path) -> Path:
+    import torch
+    from diffusers import WanVACEPipeline, WanVACETransformer3DModel
+
+    tok = tokenizer()
+    text_encoder = _umt5(tok)
+    torch.manual_seed(0)
+    vae = _wan_vae()
+    # VACE's control input: 2 x 16 latent channels (kept and generated parts) + 64 mask values.
+    transformer = WanVACETransformer3DModel(
+        num_layers=3, vace_layers=[0, 2], vace_in_channels=96, **_WAN_TRANSFORMER
+    ).eval()
+    WanVACEPipeline(
+        tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer,
+        scheduler=_flow_unipc(),
+    ).save_pretrained(folder)  # fmt: skip
+    return folder
+
+
+def save_ltx_condition(folder: Path) -> Path:
+    import torch
     from diffusers import (
-        AutoencoderKLWan,
-        SkyReelsV2DiffusionForcingPipeline,
-        SkyReelsV2Transformer3DModel,
-        UniPCMultistepScheduler,
+        AutoencoderKLLTXVideo,
+        FlowMatchEulerDiscreteScheduler,
+        LTXConditionPipeline,
+        LTXVideoTransformer3DModel,
     )
-    from transformers import UMT5Config, UMT5EncoderModel
+    from transformers import T5Config, T5EncoderModel
 
     tok = tokenizer()
     torch.manual_seed(0)
-    text_encoder = UMT5EncoderModel(
-        UMT5Config(
-            vocab_size=len(tok),
-            d_model=32,
-            d_kv=8,
-            d_ff=37,
-            num_layers=2,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            feed_forward_proj="gated-gelu",
-        )
-    ).eval()
-    vae = AutoencoderKLWan(
-        base_dim=3,
-        z_dim=16,
-        dim_mult=[1, 1, 1, 1],
-        num_res_blocks=1,
-        temperal_downsample=[False, True, True],
-    ).eval()
-    transformer = SkyReelsV2Transformer3DModel(
-        patch_size=(1, 2, 2),
-        num_attention_heads=2,
-        attention_head_dim=12,
-        in_channels=16,
-        out_channels=16,
-        text_dim=32,
-        freq_dim=256,
-        ffn_dim=32,
-        num_layers=2,
-        cross_attn_norm=True,
-        qk_norm="rms_norm_across_heads",
-        rope_max_seq_len=32,
-    ).eval()
-    scheduler = UniPCMultistepScheduler(
-        prediction_type="flow_prediction", use_flow_sigmas=True, flow_shift=8.0
-    )
-    SkyReelsV2DiffusionForcingPipeline(
-        tokenizer=tok,
-        text_encoder=text_encoder,
-        vae=vae,
-        transformer=transformer,
-        scheduler=scheduler,
-    ).save_pretrained(folder)
+    text_encoder = T5EncoderModel(
+        T5Config(vocab_size=len(tok), d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4,
+                 relative_attention_num_buckets=8, feed_forward_proj="gated-gelu")
+    ).eval()  # fmt: skip
+    torch.manual_seed(0)
+    transformer = LTXVideoTransformer3DModel(
+        in_channels=8, out_channels=8, patch_size=1, patch_size_t=1, num_attention_heads=4,
+        attention_head_dim=8, cross_attention_dim=32, num_layers=1, caption_channels=32,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    # Compresses 4x in space and time (the released VAE: 32x and 8x).
+    vae = AutoencoderKLLTXVideo(
+        in_channels=3, out_channels=3, latent_channels=8, block_out_channels=(8, 8, 8, 8),
+        decoder_block_out_channels=(8, 8, 8, 8), layers_per_block=(1, 1, 1, 1, 1),
+        decoder_layers_per_block=(1, 1, 1, 1, 1),
+        spatio_temporal_scaling=(True, True, False, False),
+        decoder_spatio_temporal_scaling=(True, True, False, False),
+        decoder_inject_noise=(False,) * 5, upsample_residual=(False,) * 4,
+        upsample_factor=(1,) * 4, timestep_conditioning=False, patch_size=1, patch_size_t=1,
+        encoder_causal=True, decoder_causal=False,
+    )  # fmt: skip
+    LTXConditionPipeline(
+        tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer,
+        scheduler=FlowMatchEulerDiscreteScheduler(),
+    ).save_pretrained(folder)  # fmt: skip
     return folder
+
+
+SAVERS = {
+    "skyreels-v2-df": save_skyreels_df,
+    "wan": save_wan_vace,
+    "ltx-video": save_ltx_condition,
+}

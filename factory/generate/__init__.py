@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from factory.errors import PermanentError
 from factory.generate.base import Frames, Generator, PromptEmbedding, SegmentSpec, segment_seed
+from factory.generate.memory import MemoryPolicy
 from factory.generate.procedural import ProceduralGenerator
 from factory.generate.timed import TimedGenerator
 from factory.spec import DIFFUSERS_FAMILIES, ModelChoice
@@ -11,6 +12,7 @@ from factory.spec import DIFFUSERS_FAMILIES, ModelChoice
 __all__ = [
     "Frames",
     "Generator",
+    "MemoryPolicy",
     "PromptEmbedding",
     "SegmentSpec",
     "make_generator",
@@ -18,19 +20,18 @@ __all__ = [
 ]
 
 
-def make_generator(model: ModelChoice, attention_override: str | None = None) -> Generator:
+def make_generator(
+    model: ModelChoice,
+    attention_override: str | None = None,
+    memory_policy: MemoryPolicy | None = None,
+) -> Generator:
     if model.family == "procedural":
         return ProceduralGenerator()
     if model.family == "timed":
         assert model.seconds_per_segment is not None
         return TimedGenerator(model.seconds_per_segment)
-    if model.family == "skyreels-v2-df":
-        from factory.generate.diffusers_backend import SkyReelsDiffusionForcing
-
-        return SkyReelsDiffusionForcing(model, attention_override)
     if model.family in DIFFUSERS_FAMILIES:
-        raise PermanentError(
-            f"model family {model.family} is not supported by this build yet; "
-            "use skyreels-v2-df, procedural or timed"
-        )
+        from factory.generate.diffusers_backend import GENERATORS
+
+        return GENERATORS[model.family](model, attention_override, memory_policy)
     raise PermanentError(f"unknown model family {model.family!r}")

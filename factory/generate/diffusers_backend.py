@@ -1,15 +1,21 @@
 """Real open video models through diffusers, loaded from a local model directory.
 
-Family `skyreels-v2-df` (SkyReels-V2 diffusion forcing): segment 0 is text-to-video; every
-later segment extends the previous segment's tail with the VideoToVideo diffusion-forcing
-pipeline (`addnoise_condition` keeps the conditioning frames from being copied verbatim).
-Both pipelines share one set of modules. Prompts arrive as embeddings, so generation never
-needs the text encoder once they are encoded. Weights are never downloaded: the hub is
-switched off and a directory without the files `model_index.json` names is refused with
-the list of what is missing.
+Three families, one generator shape: segment 0 is text-to-video; every later segment is
+conditioned on the previous segment's tail (pixel frames) and regenerates those frames as
+its first `context` frames, which the stitcher then blends.
 
-Wan's frame counts come in 4k+1 (the VAE compresses time by 4): a segment of L frames is
-generated as the next 4k+1 >= L and trimmed; the overlap must itself be 4k+1 frames.
+- `skyreels-v2-df`: SkyReels-V2 diffusion forcing; the extension runs the VideoToVideo
+  diffusion-forcing pipeline (`addnoise_condition` keeps the tail from being copied verbatim).
+- `wan`: a Wan2.1 VACE directory; the extension gives VACE the tail as its conditioning video
+  with a mask that keeps those frames and generates the rest (see docs/models.md for why
+  VACE rather than image-to-video from the last frame).
+- `ltx-video`: LTXConditionPipeline with the tail as a video condition at frame 0.
+
+GPU workers load transformer, VAE and scheduler only; prompts arrive as embeddings made by
+the text encoder alone (text_encoding.py). Weights are never downloaded: the hub is off
+and a directory without the files `model_index.json` names is refused with what is missing.
+Frame counts come in stride*k+1 (the VAE compresses time): a segment of L frames is
+generated as the next such count >= L and trimmed; the overlap must itself be stride*k+1.
 """
 
 from __future__ import annotations
@@ -17,29 +23,28 @@ from __future__ import annotations
 import json
 import logging
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from factory.errors import PermanentError
+from factory.generate import memory
 from factory.generate.attention import Capabilities, choose
 from factory.generate.base import Frames, PromptEmbedding, SegmentSpec
+from factory.generate.families import Family, family_of
 from factory.generate.guard import check_float_output
 from factory.spec import ModelChoice
 
 log = logging.getLogger(__name__)
 
-TIME_STRIDE = 4
-DEFAULT_STEPS = 30
-DEFAULT_GUIDANCE = 6.0
-ADDNOISE_CONDITION = 20
-MAX_SEQUENCE_LENGTH = 512
+ADDNOISE_CONDITION = 20  # SkyReels: noise level added to the conditioning tail
+VACE_FILL = 0.5  # VACE: grey for the frames it is asked to generate
 
 
-def check_model_dir(path: str) -> list[str]:
-    """The component folders `model_index.json` names; raises naming whatever is missing."""
+def check_model_dir(path: str, needed: tuple[str, ...] | None = None) -> list[str]:
+    """The component folders `model_index.json` names (or just `needed` of them); raises naming
+    whatever is missing."""
     root = Path(path)
     index = root / "model_index.json"
     if not index.is_file():
@@ -52,106 +57,254 @@ def check_model_dir(path: str) -> list[str]:
         for name, spec in json.loads(index.read_text()).items()
         if not name.startswith("_") and isinstance(spec, list) and spec[0] is not None
     ]
-    missing = [name for name in components if not (root / name).is_dir()]
+    wanted = [name for name in components if needed is None or name in needed]
+    missing = [name for name in wanted if not (root / name).is_dir()]
     if missing:
         raise PermanentError(f"model directory {root}: missing {', '.join(sorted(missing))}")
-    return components
+    return wanted
 
 
-def frames_for_model(frames: int) -> int:
-    return frames if frames % TIME_STRIDE == 1 else (frames // TIME_STRIDE + 1) * TIME_STRIDE + 1
+def frames_for_model(frames: int, stride: int = 4) -> int:
+    return frames if frames % stride == 1 else (frames // stride + 1) * stride + 1
 
 
-@dataclass
-class _Pipelines:
-    text_to_video: Any
-    video_to_video: Any
-    device: str
+class DiffusersGenerator:
+    """The shared part: loading, attention, memory governance, seeding, output checks."""
 
+    uses_embedding_cache = True
 
-class SkyReelsDiffusionForcing:
-    name = "skyreels-v2-df"
-
-    def __init__(self, model: ModelChoice, attention_override: str | None = None) -> None:
+    def __init__(
+        self,
+        model: ModelChoice,
+        attention_override: str | None = None,
+        memory_policy: memory.MemoryPolicy | None = None,
+    ) -> None:
         assert model.path is not None
         self.model = model
+        self.family: Family = family_of(model.family)
+        self.name = self.family.name
         self.attention_override = attention_override
+        self.memory_policy = memory_policy or memory.MemoryPolicy()
         self.attention: tuple[str, str] | None = None  # (backend, reason), once loaded
-        self.steps = model.steps or DEFAULT_STEPS
-        self.guidance = model.guidance if model.guidance is not None else DEFAULT_GUIDANCE
-        self._pipes: _Pipelines | None = None
+        self.steps = model.steps or self.family.default_steps
+        self.guidance = (
+            model.guidance if model.guidance is not None else self.family.default_guidance
+        )
+        self.last_memory: dict[str, Any] | None = None
+        self.time_stride = self.family.time_stride
+        self.device = "cpu"
+        self.pipe: Any = None
+        self.dtype: Any = None
+
+    def use_sampling(self, steps: int | None, guidance: float | None) -> None:
+        """The job's denoising steps and guidance scale (the family's defaults where unset)."""
+        self.steps = steps or self.family.default_steps
+        self.guidance = guidance if guidance is not None else self.family.default_guidance
+
+    # -- loading ---------------------------------------------------------------------------
 
     def load(self, device: str) -> None:
         os.environ["HF_HUB_OFFLINE"] = "1"  # never a download, whatever the caller's environment
         os.environ["TRANSFORMERS_OFFLINE"] = "1"
-        check_model_dir(self.model.path or "")
+        check_model_dir(self.model.path or "", self.family.generation_components)
+        memory.configure_allocator()
+        import diffusers
         import torch
-        from diffusers import (
-            SkyReelsV2DiffusionForcingPipeline,
-            SkyReelsV2DiffusionForcingVideoToVideoPipeline,
-        )
         from diffusers.utils import logging as diffusers_logging
-        from transformers.utils import logging as transformers_logging
 
         diffusers_logging.disable_progress_bar()
-        transformers_logging.disable_progress_bar()
+        diffusers_logging.set_verbosity_error()
+        self.device = device
+        self.dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
+        pipeline_class = getattr(diffusers, self.family.text_pipeline)
+        pipe = pipeline_class.from_pretrained(
+            self.model.path,
+            dtype=self.dtype,
+            local_files_only=True,
+            text_encoder=None,
+            tokenizer=None,
+        )
+        pipe.set_progress_bar_config(disable=True)
+        self.memory_policy.apply(pipe, device, self.dtype)
+        self.pipe = pipe
+        self.time_stride = self._time_stride(pipe)
+        self.attention = choose(
+            Capabilities.probe(device),
+            dense_mask=self.needs_dense_mask,
+            override=self.attention_override,
+        )
+        pipe.transformer.set_attention_backend(self.attention[0])
+        log.info(
+            "attention.chosen", extra={"backend": self.attention[0], "reason": self.attention[1]}
+        )
+        self._after_load(pipe)
 
-        dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        base = SkyReelsV2DiffusionForcingPipeline.from_pretrained(
-            self.model.path, dtype=dtype, local_files_only=True
-        ).to(device)
-        extend = SkyReelsV2DiffusionForcingVideoToVideoPipeline(**base.components)
-        for pipe in (base, extend):
-            pipe.set_progress_bar_config(disable=True)
-        # Synchronous diffusion forcing (causal_block_size 1) needs no dense mask.
-        self.attention = choose(Capabilities.probe(device), dense_mask=False,
-                                override=self.attention_override)  # fmt: skip
-        base.transformer.set_attention_backend(self.attention[0])
-        log.info("attention.chosen", extra={"backend": self.attention[0],
-                                            "reason": self.attention[1]})  # fmt: skip
-        self._pipes = _Pipelines(base, extend, device)
+    needs_dense_mask = False  # synchronous diffusion forcing / plain DiT attention
+
+    def _after_load(self, pipe: Any) -> None:
+        pass
+
+    def _time_stride(self, pipe: Any) -> int:
+        return int(getattr(pipe, "vae_scale_factor_temporal", self.family.time_stride))
+
+    # -- prompts ---------------------------------------------------------------------------
 
     def encode_prompt(self, prompt: str, negative_prompt: str = "") -> PromptEmbedding:
-        pipes = self._loaded()
-        positive, negative = pipes.text_to_video.encode_prompt(
-            prompt=prompt, negative_prompt=negative_prompt or "",
-            do_classifier_free_guidance=self.guidance > 1.0, num_videos_per_prompt=1,
-            max_sequence_length=MAX_SEQUENCE_LENGTH, device=pipes.device,
-        )  # fmt: skip
-        return PromptEmbedding(self.name, prompt, negative_prompt, (positive, negative))
+        """Without the cache: the text encoder alone, on the CPU, loaded for this and freed."""
+        from factory.generate.text_encoding import TextEncoder
+
+        encoder = TextEncoder(self.model)
+        encoder.load("cpu")
+        try:
+            return self.embedding(prompt, negative_prompt, encoder.encode(prompt, negative_prompt))
+        finally:
+            encoder.unload()
+
+    def embedding(self, prompt: str, negative: str, tensors: dict[str, Any]) -> PromptEmbedding:
+        return PromptEmbedding(self.name, prompt, negative, tensors)
+
+    def _embeddings_on_device(self, prompt: PromptEmbedding) -> dict[str, Any]:
+        out = {}
+        for name, tensor in prompt.data.items():
+            dtype = self.dtype if tensor.is_floating_point() else tensor.dtype
+            out[name] = tensor.to(self.device, dtype)
+        return out
+
+    # -- generation ------------------------------------------------------------------------
 
     def generate(
         self, seg: SegmentSpec, prompt: PromptEmbedding, context: Frames | None, seed: int
     ) -> Frames:
         import torch
-        from PIL import Image
 
-        pipes = self._loaded()
-        count = frames_for_model(seg.frames)
-        positive, negative = prompt.data
-        common = dict(prompt=None, prompt_embeds=positive, negative_prompt_embeds=negative,
-                      height=seg.height, width=seg.width, num_frames=count, base_num_frames=count,
-                      num_inference_steps=self.steps, guidance_scale=self.guidance,
-                      addnoise_condition=ADDNOISE_CONDITION, output_type="np",
-                      generator=torch.Generator("cpu").manual_seed(seed))  # fmt: skip
-        if context is not None and seg.context and seg.context % TIME_STRIDE != 1:
-            raise PermanentError(f"{self.name}: the overlap must be 4k+1 frames, got {seg.context}")
-        # Some steps (the conditioning noise) draw from torch's global generator: seed it too,
-        # inside a forked RNG state, so a resumed job makes exactly the same frames.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(seed)
-            if context is None or seg.context == 0:
-                video = pipes.text_to_video(**common).frames[0]
-            else:
-                overlap = seg.context
-                tail = [Image.fromarray(frame) for frame in context[-overlap:]]
-                out = pipes.video_to_video(video=tail, overlap_history=overlap, **common)
-                video = out.frames[0][overlap:]  # it returns the input tail, then its frames
+        if self.pipe is None:
+            raise PermanentError(f"{self.name}: generate called before load")
+        stride = self.time_stride
+        if context is not None and seg.context and seg.context % stride != 1:
+            raise PermanentError(
+                f"{self.name}: the overlap must be {stride}k+1 frames, got {seg.context}"
+            )
+        count = frames_for_model(seg.frames, stride)
+        embeds = self._embeddings_on_device(prompt)
+        extend = context is not None and seg.context > 0
+        oom_retries = 0
+        with memory.measure(self.device) as reading:
+            while True:
+                # Some steps (conditioning noise) draw from torch's global generator: seed it
+                # too, inside a forked RNG state, so a resumed job makes exactly the same frames.
+                try:
+                    with torch.random.fork_rng(devices=[]), torch.no_grad():
+                        torch.manual_seed(seed)
+                        generator = torch.Generator("cpu").manual_seed(seed)
+                        video = self._run(
+                            seg, count, embeds, context if extend else None, generator
+                        )
+                    break
+                except Exception as error:
+                    if not memory.is_out_of_memory(error):
+                        raise
+                    if oom_retries:
+                        raise PermanentError(
+                            f"{self.name}: out of GPU memory at {seg.width}x{seg.height}, "
+                            f"{count} frames, even after emptying the cache with VAE tiling on; "
+                            "set FACTORY_GROUP_OFFLOAD=block or shorten segment.frames"
+                        ) from error
+                    oom_retries += 1
+                    log.warning("segment.oom_retry", extra={"segment": seg.index})
+                    memory.release_cached(self.device)
+                    self.pipe.vae.enable_tiling()
+        reading.extra.update(oom_retries=oom_retries, **self.memory_policy.describe())
+        self.last_memory = reading.to_dict()
         video = np.asarray(video, np.float32)
         check_float_output(video, f"{self.name} segment {seg.index}")
-        return np.clip(np.rint(video * 255), 0, 255).astype(np.uint8)[: seg.frames]
+        return np.ascontiguousarray(
+            np.clip(np.rint(video * 255), 0, 255).astype(np.uint8)[: seg.frames]
+        )
 
-    def _loaded(self) -> _Pipelines:
-        if self._pipes is None:
-            raise PermanentError(f"{self.name}: generate called before load")
-        return self._pipes
+    def _run(
+        self,
+        seg: SegmentSpec,
+        count: int,
+        embeds: dict[str, Any],
+        context: Frames | None,
+        generator: Any,
+    ) -> Any:
+        raise NotImplementedError
+
+    def _common(self, seg: SegmentSpec, count: int, embeds: dict[str, Any], generator: Any):
+        return dict(
+            prompt=None,
+            height=seg.height,
+            width=seg.width,
+            num_frames=count,
+            num_inference_steps=self.steps,
+            guidance_scale=self.guidance,
+            output_type="np",
+            generator=generator,
+            **embeds,
+        )
+
+
+def _pictures(frames: Frames) -> list[Any]:
+    from PIL import Image
+
+    return [Image.fromarray(frame) for frame in frames]
+
+
+class SkyReelsDiffusionForcing(DiffusersGenerator):
+    def _after_load(self, pipe: Any) -> None:
+        from diffusers import SkyReelsV2DiffusionForcingVideoToVideoPipeline
+
+        self.extend_pipe = SkyReelsV2DiffusionForcingVideoToVideoPipeline(**pipe.components)
+        self.extend_pipe.set_progress_bar_config(disable=True)
+
+    def _run(self, seg, count, embeds, context, generator):  # type: ignore[no-untyped-def]
+        common = self._common(seg, count, embeds, generator)
+        common.update(base_num_frames=count, addnoise_condition=ADDNOISE_CONDITION)
+        if context is None:
+            return self.pipe(**common).frames[0]
+        overlap = seg.context
+        out = self.extend_pipe(
+            video=_pictures(context[-overlap:]), overlap_history=overlap, **common
+        )
+        return out.frames[0][overlap:]  # it returns the input tail, then its own frames
+
+
+class WanVace(DiffusersGenerator):
+    def _run(self, seg, count, embeds, context, generator):  # type: ignore[no-untyped-def]
+        from PIL import Image
+
+        common = self._common(seg, count, embeds, generator)
+        if context is None:
+            return self.pipe(**common).frames[0]
+        overlap = seg.context
+        size = (seg.width, seg.height)
+        fill = Image.new("RGB", size, (round(255 * VACE_FILL),) * 3)
+        video = _pictures(context[-overlap:]) + [fill] * (count - overlap)
+        # Black keeps a frame (the tail), white asks VACE to generate it.
+        mask = [Image.new("L", size, 0)] * overlap + [Image.new("L", size, 255)] * (count - overlap)
+        return self.pipe(video=video, mask=mask, **common).frames[0]
+
+
+class LtxCondition(DiffusersGenerator):
+    def _time_stride(self, pipe: Any) -> int:
+        return int(pipe.vae_temporal_compression_ratio)
+
+    def _run(self, seg, count, embeds, context, generator):  # type: ignore[no-untyped-def]
+        from diffusers.pipelines.ltx.pipeline_ltx_condition import LTXVideoCondition
+
+        common = self._common(seg, count, embeds, generator)
+        common.update(frame_rate=seg.fps, max_sequence_length=self.family.max_sequence_length)
+        if context is None:
+            return self.pipe(**common).frames[0]
+        condition = LTXVideoCondition(
+            video=_pictures(context[-seg.context :]), frame_index=0, strength=1.0
+        )
+        return self.pipe(conditions=[condition], **common).frames[0]
+
+
+GENERATORS: dict[str, type[DiffusersGenerator]] = {
+    "skyreels-v2-df": SkyReelsDiffusionForcing,
+    "wan": WanVace,
+    "ltx-video": LtxCondition,
+}

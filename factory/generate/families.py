@@ -1,0 +1,81 @@
+"""What the factory knows about each diffusers model family, without importing torch: the
+pipeline classes, the components a GPU worker loads, the names of the prompt embeddings and
+the frame and size rules of the family's VAE (checked when a manifest is validated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from factory.errors import PermanentError
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    text_pipeline: str  # diffusers class loaded (text parts only) to encode prompts
+    generation_components: tuple[str, ...]  # what a GPU worker loads
+    embedding_names: tuple[str, ...]  # the tensors encode_prompt returns, in order
+    max_sequence_length: int
+    time_stride: int  # frames per latent frame of the released models' VAE
+    size_multiple: int  # width and height must be multiples of this (VAE x patch size)
+    default_steps: int
+    default_guidance: float
+
+    def overlap_problem(self, overlap: int) -> str | None:
+        if overlap and overlap % self.time_stride != 1:
+            return (
+                f"{overlap} does not suit {self.name}: the overlap must be "
+                f"{self.time_stride}k+1 frames (e.g. {self.time_stride + 1} or "
+                f"{2 * self.time_stride + 1})"
+            )
+        return None
+
+
+_WAN_PARTS = ("transformer", "vae", "scheduler")
+FAMILIES: dict[str, Family] = {
+    "skyreels-v2-df": Family(
+        "skyreels-v2-df",
+        "SkyReelsV2DiffusionForcingPipeline",
+        _WAN_PARTS,
+        ("prompt_embeds", "negative_prompt_embeds"),
+        max_sequence_length=512,
+        time_stride=4,
+        size_multiple=16,
+        default_steps=30,
+        default_guidance=6.0,
+    ),
+    "wan": Family(
+        "wan",
+        "WanVACEPipeline",
+        _WAN_PARTS,
+        ("prompt_embeds", "negative_prompt_embeds"),
+        max_sequence_length=512,
+        time_stride=4,
+        size_multiple=16,
+        default_steps=30,
+        default_guidance=5.0,
+    ),
+    "ltx-video": Family(
+        "ltx-video",
+        "LTXConditionPipeline",
+        _WAN_PARTS,
+        (
+            "prompt_embeds",
+            "prompt_attention_mask",
+            "negative_prompt_embeds",
+            "negative_prompt_attention_mask",
+        ),
+        max_sequence_length=256,
+        time_stride=8,
+        size_multiple=32,
+        default_steps=40,
+        default_guidance=3.0,
+    ),
+}
+
+
+def family_of(name: str) -> Family:
+    try:
+        return FAMILIES[name]
+    except KeyError:
+        raise PermanentError(f"model family {name!r} has no diffusers backend") from None
