@@ -8,9 +8,11 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -107,6 +109,23 @@ job_events = Table(
     Column("detail", Json, nullable=False),
     Column("trace_id", String(32), nullable=False),
     Index("ix_job_events_job_id_id", "job_id", "id"),
+)
+
+# The prompt-embedding cache's index (the blobs live in the store or in Redis). Rows stay
+# after their blob is evicted: LRU-K keeps an entry's access history across re-admission.
+prompt_embeddings = Table(
+    "prompt_embeddings",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("model", Text, nullable=False),  # family:path, for `factory gpu report` and humans
+    Column("size", BigInteger, nullable=False),
+    Column("stored", Boolean, nullable=False),
+    Column("last_access", Float(precision=53), nullable=False),  # epoch seconds
+    Column("previous_access", Float(precision=53)),  # the access before; NULL: seen once
+    Column("hits", Integer, nullable=False, default=0),
+    Column("misses", Integer, nullable=False, default=0),
+    Column("created_at", UtcDateTime, nullable=False),
+    Index("ix_prompt_embeddings_stored", "stored"),
 )
 
 

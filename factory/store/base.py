@@ -28,6 +28,8 @@ class Store(Protocol):
 
     def list(self, prefix: str) -> Iterator[str]: ...
 
+    def delete(self, key: str) -> None: ...  # absent keys are fine
+
 
 def check_key(key: str) -> str:
     """Keys are relative, '/'-separated, of safe parts: nothing can climb out of the root."""

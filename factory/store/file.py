@@ -66,6 +66,9 @@ class FileStore:
             raise FileNotFoundError(f"{self.url_for(key)} does not exist")
         yield path
 
+    def delete(self, key: str) -> None:
+        self.path(key).unlink(missing_ok=True)
+
     def url_for(self, key: str) -> str:
         return self.path(key).as_uri()
 
