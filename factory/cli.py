@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from factory import __version__, cli_cluster
+from factory import __version__, cli_cluster, cli_gpu
 from factory.app import Factory
 from factory.config import Settings
 from factory.db import migrate
@@ -182,13 +182,8 @@ def run(
     factory = _factory()
     submitted = submit_manifest(parsed, factory.jobs, factory.tokens)
     settings = factory.settings
-    ctx = StageContext(
-        machine=factory.jobs,
-        store=open_store(settings.store_url),
-        work_root=settings.home / "work",
-        stitch_strength=stitch_strength,
-        attention_override=settings.attention_backend,
-        drift_factor=settings.drift_factor,
+    ctx = StageContext.from_settings(
+        settings, factory.jobs, factory.database, stitch_strength=stitch_strength
     )
     worker = f"{socket.gethostname()}/run-{os.getpid()}"
     finished, seconds = [], {}
@@ -512,6 +507,7 @@ def _print_json(data: Any) -> None:
 
 
 cli_cluster.register(app)
+cli_gpu.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

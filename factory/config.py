@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from factory.errors import ConfigError
+from factory.generate.memory import MemoryPolicy
 
 _SUPPORTED_DATABASES = ("sqlite", "postgresql")
 _SUPPORTED_STORES = ("file", "s3")
@@ -33,6 +34,16 @@ class Settings:
     log_format: str
     attention_backend: str | None
     drift_factor: float
+    vae_tiling: bool = False
+    group_offload: str = "off"
+    layerwise_casting: str = "off"
+    text_encoder_device: str = "cpu"
+    embedding_cache: str = "store"
+    embedding_cache_bytes: int = 4 << 30
+
+    @property
+    def memory_policy(self) -> MemoryPolicy:
+        return MemoryPolicy(self.vae_tiling, self.group_offload, self.layerwise_casting)
 
     @property
     def is_embedded_database(self) -> bool:
@@ -59,6 +70,14 @@ class Settings:
             log_format=env.get("FACTORY_LOG_FORMAT") or "text",
             attention_backend=env.get("FACTORY_ATTENTION_BACKEND") or None,
             drift_factor=_fraction(env, "FACTORY_DRIFT_FACTOR", 0.0),
+            vae_tiling=_flag(env, "FACTORY_VAE_TILING"),
+            group_offload=_choice(env, "FACTORY_GROUP_OFFLOAD", ("off", "block", "leaf")),
+            layerwise_casting=_choice(env, "FACTORY_LAYERWISE_CASTING", ("off", "fp8")),
+            text_encoder_device=env.get("FACTORY_TEXT_ENCODER_DEVICE") or "cpu",
+            embedding_cache=_choice(env, "FACTORY_EMBEDDING_CACHE", ("store", "redis", "off")),
+            embedding_cache_bytes=_positive_int(
+                env, "FACTORY_EMBEDDING_CACHE_BYTES", 4 << 30, unit="bytes"
+            ),
         )
         settings._check_schemes()
         return settings
@@ -80,6 +99,15 @@ class Settings:
             raise ConfigError(
                 "must be _flash_3, flash or native", field="FACTORY_ATTENTION_BACKEND"
             )
+        if self.embedding_cache == "redis" and not self.redis_url:
+            raise ConfigError(
+                "is redis but FACTORY_REDIS_URL is not set", field="FACTORY_EMBEDDING_CACHE"
+            )
+        if not self.text_encoder_device.startswith(("cpu", "cuda")):
+            raise ConfigError(
+                f"must be cpu or cuda[:N], got {self.text_encoder_device!r}",
+                field="FACTORY_TEXT_ENCODER_DEVICE",
+            )
         if self.log_format not in ("text", "json"):
             raise ConfigError(
                 f"must be text or json, got {self.log_format!r}", field="FACTORY_LOG_FORMAT"
@@ -92,14 +120,14 @@ class Settings:
                 raise ConfigError("must be a redis:// or rediss:// URL", field=name)
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int) -> int:
+def _positive_int(env: Mapping[str, str], name: str, default: int, unit: str = "seconds") -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
         value = int(raw)
     except ValueError:
-        raise ConfigError(f"must be a whole number of seconds, got {raw!r}", field=name) from None
+        raise ConfigError(f"must be a whole number of {unit}, got {raw!r}", field=name) from None
     if value <= 0:
         raise ConfigError(f"must be > 0, got {value}", field=name)
     return value
@@ -116,3 +144,19 @@ def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
     if not 0.0 <= value <= 1.0:
         raise ConfigError(f"must be from 0 to 1, got {value}", field=name)
     return value
+
+
+def _flag(env: Mapping[str, str], name: str) -> bool:
+    raw = (env.get(name) or "").strip().lower()
+    if raw in ("", "0", "false", "no", "off"):
+        return False
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    raise ConfigError(f"must be 1/0, true/false, yes/no or on/off, got {raw!r}", field=name)
+
+
+def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
+    raw = (env.get(name) or allowed[0]).strip().lower()
+    if raw not in allowed:
+        raise ConfigError(f"must be one of {', '.join(allowed)}, got {raw!r}", field=name)
+    return raw

@@ -14,9 +14,9 @@ import redis
 from factory.app import Factory
 from factory.config import Settings
 from factory.db.state import JobStateMachine
+from factory.generate.memory import configure_allocator
 from factory.pipeline.context import StageContext
 from factory.pipeline.generate import WarmTail
-from factory.store import open_store
 
 
 @dataclass
@@ -51,14 +51,7 @@ def runtime() -> Runtime:
     if _runtime is None or _runtime.worker.split("/")[-1] != f"pid-{os.getpid()}":
         settings = Settings.from_env()
         factory = Factory.open(settings)
-        ctx = StageContext(
-            machine=factory.jobs,
-            store=open_store(settings.store_url),
-            work_root=settings.home / "work",
-            device=_device(),
-            attention_override=settings.attention_backend,
-            drift_factor=settings.drift_factor,
-        )
+        ctx = StageContext.from_settings(settings, factory.jobs, factory.database, device=_device())
         own = os.environ.get("FACTORY_GPU_QUEUE") or None
         _runtime = Runtime(
             settings,
@@ -74,6 +67,7 @@ def _device() -> str:
     """`cuda` for a GPU worker on a machine that has one (checked in the child, after the fork)."""
     if not os.environ.get("CUDA_VISIBLE_DEVICES"):
         return "cpu"
+    configure_allocator()
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"

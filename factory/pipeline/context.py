@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
+from factory.config import Settings
+from factory.db.session import Database
 from factory.db.state import Job, JobStateMachine
-from factory.generate import Generator, PromptEmbedding, make_generator
-from factory.spec import ModelChoice, VideoSpec
+from factory.errors import PermanentError
+from factory.generate import Generator, MemoryPolicy, PromptEmbedding, make_generator
+from factory.pipeline.prompts import EnsureResult, PromptService, open_embedding_cache
+from factory.spec import DIFFUSERS_FAMILIES, ModelChoice, VideoSpec
+from factory.store import open_store
 from factory.store.base import Store
 
 CHUNK_SECONDS = 10.0  # encode this much video per chunk, as soon as its segments exist
@@ -23,24 +29,81 @@ class StageContext:
     drift_factor: float = 0.0  # pull each segment's colours toward the first segment's (0..1)
     device: str = "cpu"
     attention_override: str | None = None  # FACTORY_ATTENTION_BACKEND
+    memory_policy: MemoryPolicy = field(default_factory=MemoryPolicy)
+    prompt_service: PromptService | None = None  # the embedding cache (diffusers families)
     on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk
     _generators: dict[ModelChoice, Generator] = field(default_factory=dict)
     _prompts: dict[tuple[ModelChoice, str, str], PromptEmbedding] = field(default_factory=dict)
+    _fresh: dict[tuple[ModelChoice, str, str], bytes] = field(default_factory=dict)
+    _ensured: set[tuple[ModelChoice, str, str]] = field(default_factory=set)
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings, machine: JobStateMachine, database: Database, **overrides: Any
+    ) -> StageContext:
+        store = open_store(settings.store_url)
+        cache = open_embedding_cache(settings, database, store)
+        values: dict[str, Any] = dict(
+            machine=machine,
+            store=store,
+            work_root=settings.home / "work",
+            attention_override=settings.attention_backend,
+            drift_factor=settings.drift_factor,
+            memory_policy=settings.memory_policy,
+            prompt_service=PromptService(cache, settings.text_encoder_device) if cache else None,
+        )
+        values.update(overrides)
+        return cls(**values)
 
     def generator(self, model: ModelChoice) -> Generator:
-        """One generator per model, loaded once and kept warm for the next segments."""
-        if model not in self._generators:
-            generator = make_generator(model, self.attention_override)
+        """One generator per model directory, loaded once and kept warm for the next segments;
+        sampling settings (steps, guidance) vary per job without loading the weights again."""
+        weights = replace(model, steps=None, guidance=None)
+        if weights not in self._generators:
+            generator = make_generator(weights, self.attention_override, self.memory_policy)
             generator.load(self.device)
-            self._generators[model] = generator
-        return self._generators[model]
+            self._generators[weights] = generator
+        generator = self._generators[weights]
+        if hasattr(generator, "use_sampling"):
+            generator.use_sampling(model.steps, model.guidance)
+        return generator
+
+    def ensure_prompts(self, video: VideoSpec) -> EnsureResult | None:
+        """Before a job's first segment (and after any cold start): the job's prompts encoded
+        by the text encoder alone, unless the cache has them. None when nothing was needed."""
+        model = video.model
+        if model.family not in DIFFUSERS_FAMILIES or self.prompt_service is None:
+            return None
+        pairs = [(s.prompt, video.negative_prompt) for s in video.scenes]
+        pairs = [p for p in pairs if (model, *p) not in self._ensured]
+        if not pairs:
+            return None
+        result = self.prompt_service.ensure(model, pairs)
+        for (text, negative), blob in result.encoded.items():
+            self._fresh[(model, text, negative)] = blob
+        self._ensured.update((model, *p) for p in pairs)
+        return result
 
     def prompt(self, model: ModelChoice, text: str, negative: str) -> PromptEmbedding:
-        """Prompt embeddings, encoded once per process for each (model, prompt, negative)."""
+        """Prompt embeddings, kept per process for each (model, prompt, negative)."""
         key = (model, text, negative)
-        if key not in self._prompts:
-            self._prompts[key] = self.generator(model).encode_prompt(text, negative)
-        return self._prompts[key]
+        if key in self._prompts:
+            return self._prompts[key]
+        generator = self.generator(model)
+        if model.family in DIFFUSERS_FAMILIES and self.prompt_service is not None:
+            from factory.generate.text_encoding import embedding_from_bytes
+
+            blob = self._fresh.pop(key, None) or self.prompt_service.lookup(model, text, negative)
+            if blob is None:
+                self.prompt_service.ensure(model, [(text, negative)])
+                blob = self.prompt_service.lookup(model, text, negative)
+            if blob is None:
+                raise PermanentError(f"prompt embedding for {text[:40]!r} could not be cached")
+            embedding = generator.embedding(text, negative, embedding_from_bytes(blob))  # type: ignore[attr-defined]
+        else:
+            embedding = generator.encode_prompt(text, negative)
+        self._prompts[key] = embedding
+        return embedding
 
     def work_dir(self, video: VideoSpec) -> Path:
         path = self.work_root / video.batch / video.video_id

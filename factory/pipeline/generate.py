@@ -49,6 +49,7 @@ def generate_segment(
     if plan is None:
         return job, warm
     video = job.video
+    prompts = ctx.ensure_prompts(video)  # the text encoder alone, before the transformer loads
     generator = ctx.generator(video.model)
     tail = None
     if plan.context:
@@ -59,7 +60,11 @@ def generate_segment(
     started = time.monotonic()
     spec = SegmentSpec(plan.index, plan.frames, video.width, video.height, video.fps,
                        plan.first_frame, plan.context)  # fmt: skip
-    frames = generator.generate(spec, prompt, tail, segment_seed(video.seed, plan.index))
+    # C order everywhere: the warm tail and a tail read back from the store must have the same
+    # memory layout, or float reductions in the stitcher round differently (1-level drifts).
+    frames = np.ascontiguousarray(
+        generator.generate(spec, prompt, tail, segment_seed(video.seed, plan.index))
+    )
     check_frames(frames, f"segment {plan.index}")
     anchor = job.progress.get("anchor")
     if anchor and plan.index > 0:
@@ -67,6 +72,7 @@ def generate_segment(
     stitched = stitch(plan, frames, tail, ctx.stitch_strength)
     _store_segment(ctx, video, plan, stitched.frames, stitched.tail)
     seconds = round(time.monotonic() - started, 3)
+    used = getattr(generator, "last_memory", None)
     job = ctx.machine.checkpoint(
         job.job_id,
         attempt=job.attempt,
@@ -75,6 +81,11 @@ def generate_segment(
             "segments": sorted({*job.progress["segments"], plan.index}),
             "frame": plan.write_end,
             "segment_seconds": {**job.progress["segment_seconds"], str(plan.index): seconds},
+            **(
+                {"memory": {**job.progress.get("memory", {}), str(plan.index): used}}
+                if used
+                else {}
+            ),
         },
         event="segment.done",
         detail={
@@ -82,9 +93,18 @@ def generate_segment(
             "seconds": seconds,
             "frames": plan.write_count,
             **_backend(generator),
+            **({"memory": used} if used else {}),
+            **(
+                {"prompt_cache": {"hits": prompts.hits, "misses": prompts.misses}}
+                if prompts
+                else {}
+            ),
+            "family": video.model.family,
+            "resolution": f"{video.width}x{video.height}",
+            "segment_frames": plan.frames,
         },
     )
-    return job, WarmTail(job.job_id, plan.index, stitched.tail)
+    return job, WarmTail(job.job_id, plan.index, np.ascontiguousarray(stitched.tail))
 
 
 def run_generate(ctx: StageContext, job: Job) -> Job:

@@ -1,8 +1,11 @@
-"""The diffusers backend, offline on CPU, with tiny random components saved like a real model."""
+"""The diffusers backends, offline on CPU, with tiny random components saved like real models:
+every family chained over 4 segments, resumed exactly, fed by the embedding cache without
+the text encoder, with memory recorded, out-of-memory retried and bad output refused."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -10,37 +13,51 @@ import numpy as np
 import pytest
 
 from factory.errors import PermanentError
-from factory.generate import SegmentSpec, make_generator
+from factory.generate import MemoryPolicy, SegmentSpec, make_generator, text_encoding
 from factory.generate.diffusers_backend import check_model_dir
 from factory.manifest import parse_manifest
 from factory.pipeline.generate import generate_segment
 from factory.spec import ModelChoice
 from factory.submit import submit
-from tests.conftest import run_cli
+from tests.conftest import REPO, run_cli
 from tests.integration.test_pipeline import home_env, in_process
-from tests.tiny_models import save_skyreels_df
+from tests.tiny_models import SAVERS
+
+FAMILIES = list(SAVERS)
+# Segment shapes every family accepts: overlap 4k+1 (Wan VAE) and 8k+1 (LTX VAE) frames.
+SHAPES = {"skyreels-v2-df": (17, 5), "wan": (17, 5), "ltx-video": (25, 9)}
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return save_skyreels_df(tmp_path_factory.mktemp("models") / "skyreels-tiny")
+def model_dirs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("models")
+    return {family: save(root / family) for family, save in SAVERS.items()}
 
 
-def manifest(model_dir: Path, batch: str = "df") -> str:
-    # 4 segments of 17 frames with 5 of overlap (both 4k+1): 17 + 3 x 12 = 53 frames at 8 fps.
+def manifest(model_dir: Path, family: str = "skyreels-v2-df", batch: str = "df") -> str:
+    frames, overlap = SHAPES[family]
+    total = frames + 3 * (frames - overlap)  # 4 segments
     return (
-        f"batch: {batch}\nvideos:\n  - id: chain\n    duration: {53 / 8}\n    fps: 8\n"
-        "    resolution: 64x64\n    segment: {frames: 17, overlap: 5}\n"
-        "    renditions: [mobile]\n"
-        f"    model: {{family: skyreels-v2-df, path: {model_dir}, steps: 2, guidance: 6.0}}\n"
+        f"batch: {batch}\nvideos:\n  - id: chain\n    duration: {total / 8}\n    fps: 8\n"
+        f"    resolution: 64x64\n    segment: {{frames: {frames}, overlap: {overlap}}}\n"
+        "    renditions: [mobile]\n    negative_prompt: blurry low quality flicker\n"
+        f"    model: {{family: {family}, path: {model_dir}, steps: 2, guidance: 6.0}}\n"
         "    scenes:\n      - {start: 0, prompt: 'a harbor at dawn with fog on the water'}\n"
         "      - {start: 3, prompt: 'boats leave the harbor and gulls fly'}\n"
     )
 
 
-def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(tmp_path: Path, model_dir: Path):
+def segment_digests(home: Path, batch: str) -> list[str]:
+    segments = sorted((home / "store" / batch / "chain" / "segments").glob("*.mkv"))
+    return [hashlib.sha256(p.read_bytes()).hexdigest() for p in segments]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
+    tmp_path: Path, model_dirs: dict[str, Path], family: str
+):
     path = tmp_path / "m.yaml"
-    path.write_text(manifest(model_dir))
+    path.write_text(manifest(model_dirs[family], family))
     env = home_env(tmp_path / "home")
     done = run_cli("run", str(path), env=env, timeout=900)
     assert done.returncode == 0, done.stderr + done.stdout
@@ -51,13 +68,28 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(tmp_path: Path, 
     segments = [e for e in factory.jobs.events("df.chain") if e.event == "segment.done"]
     assert {e.detail["attention"] for e in segments} == {"native"}  # chosen and recorded
     assert "no CUDA" in segments[0].detail["attention_reason"]
+    # The two scene prompts were encoded once, before the first segment, by the text encoder.
+    assert segments[0].detail["prompt_cache"] == {"hits": 0, "misses": 2}
+    assert all("prompt_cache" not in e.detail for e in segments[1:])
+    memory = job.progress["memory"]
+    assert sorted(memory) == ["0", "1", "2", "3"]
+    assert {m["device"] for m in memory.values()} == {"cpu"}
+    assert all(m["peak_rss"] > 0 and m["oom_retries"] == 0 for m in memory.values())
+    report = json.loads(run_cli("gpu", "report", "--json", env=env).stdout)
+    [row] = report["segments"]
+    assert (row["family"], row["segments"], row["resolution"]) == (family, 4, "64x64")
+    assert report["embedding_cache"]["entries"] == 2
 
 
-def test_a_resumed_job_makes_the_same_frames(tmp_path: Path, model_dir: Path):
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_resumed_job_makes_the_same_frames(
+    tmp_path: Path, model_dirs: dict[str, Path], family: str
+):
     digests = []
     for name, crash_after in (("whole", None), ("resumed", 2)):
         factory, ctx = in_process(tmp_path / name)
-        job = submit(parse_manifest(manifest(model_dir)), factory.jobs, None).jobs[0]
+        spec = parse_manifest(manifest(model_dirs[family], family))
+        job = submit(spec, factory.jobs, None).jobs[0]
         job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="a")
         warm = None
         for index in range(4):
@@ -66,13 +98,57 @@ def test_a_resumed_job_makes_the_same_frames(tmp_path: Path, model_dir: Path):
                 job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="b")
                 warm = None
             job, warm = generate_segment(ctx, job, warm)
-        segments = sorted((tmp_path / name / "store" / "df" / "chain" / "segments").glob("*.mkv"))
-        digests.append([hashlib.sha256(p.read_bytes()).hexdigest() for p in segments])
+        digests.append(segment_digests(tmp_path / name, "df"))
     assert len(digests[0]) == 4 and digests[0] == digests[1]
 
 
-def test_the_generator_continues_its_context(model_dir: Path):
-    generator = make_generator(ModelChoice("skyreels-v2-df", str(model_dir), steps=2))
+def test_a_cache_hit_never_loads_or_calls_the_text_encoder(
+    tmp_path: Path, model_dirs: dict[str, Path]
+):
+    model_dir = tmp_path / "model"
+    shutil.copytree(model_dirs["wan"], model_dir)
+    path = tmp_path / "m.yaml"
+    path.write_text(manifest(model_dir, "wan"))
+    env = home_env(tmp_path / "home")
+    first = run_cli("preload", str(path), env=env, timeout=300)
+    assert first.returncode == 0, first.stderr
+    assert "2 prompts, 0 already cached, 2 encoded" in first.stdout
+    # Without its weights the text encoder cannot load: generation must not need it.
+    for weights in (model_dir / "text_encoder").glob("*.safetensors"):
+        weights.unlink()
+    loads_before = text_encoding.loads
+    factory, ctx = in_process(tmp_path / "home")
+    job = submit(parse_manifest(manifest(model_dir, "wan")), factory.jobs, None).jobs[0]
+    job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="a")
+    job, _ = generate_segment(ctx, job, None)
+    assert text_encoding.loads == loads_before
+    done = run_cli("run", str(path), env=env, timeout=600)
+    assert done.returncode == 0, done.stderr + done.stdout
+    second = json.loads(run_cli("preload", str(path), "--json", env=env).stdout)
+    assert (second["hits"], second["misses"]) == (2, 0)
+    assert second["cache"]["hits"] == 3 and second["cache"]["hit_rate"] > 0.5
+    events = factory.jobs.events("df.chain")
+    first_segment = next(e for e in events if e.event == "segment.done")
+    assert first_segment.detail["prompt_cache"] == {"hits": 2, "misses": 0}
+
+
+def test_cached_embeddings_make_the_same_frames_as_direct_encoding(
+    tmp_path: Path, model_dirs: dict[str, Path]
+):
+    digests = []
+    for name, cache in (("cached", "store"), ("direct", "off")):
+        env = {**home_env(tmp_path / name), "FACTORY_EMBEDDING_CACHE": cache}
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(manifest(model_dirs["skyreels-v2-df"]))
+        assert run_cli("run", str(path), env=env, timeout=600).returncode == 0
+        digests.append(segment_digests(tmp_path / name, "df"))
+    assert digests[0] == digests[1]
+
+
+def test_the_generator_continues_its_context(model_dirs: dict[str, Path]):
+    generator = make_generator(
+        ModelChoice("skyreels-v2-df", str(model_dirs["skyreels-v2-df"]), steps=2)
+    )
     generator.load("cpu")
     prompt = generator.encode_prompt("a forest in autumn with red leaves", "blurry")
     first = generator.generate(SegmentSpec(0, 17, 64, 64, 8, 0, 0), prompt, None, 1)
@@ -83,11 +159,139 @@ def test_the_generator_continues_its_context(model_dir: Path):
         generator.generate(SegmentSpec(1, 17, 64, 64, 8, 12, 4), prompt, first[-4:], 2)
 
 
-def test_a_missing_model_directory_is_a_clear_error(tmp_path: Path, model_dir: Path):
+def _loaded(model_dir: Path, policy: MemoryPolicy | None = None, family: str = "skyreels-v2-df"):
+    generator = make_generator(ModelChoice(family, str(model_dir), steps=2), memory_policy=policy)
+    generator.load("cpu")
+    return generator, generator.encode_prompt("a harbor at dawn with fog on the water", "")
+
+
+def test_out_of_memory_is_retried_once_with_tiling_then_fails_clearly(
+    model_dirs: dict[str, Path],
+):
+    import torch
+
+    generator, prompt = _loaded(model_dirs["skyreels-v2-df"])
+    vae = generator.pipe.vae
+    real_decode = vae.decode
+    failures = {"left": 1}
+
+    def decode_that_runs_out(*args, **kwargs):  # a real OOM needs a GPU; this is its exception
+        if failures["left"]:
+            failures["left"] -= 1
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+        return real_decode(*args, **kwargs)
+
+    vae.decode = decode_that_runs_out
+    frames = generator.generate(SegmentSpec(0, 17, 64, 64, 8, 0, 0), prompt, None, 3)
+    assert frames.shape == (17, 64, 64, 3)
+    assert generator.last_memory["oom_retries"] == 1 and vae.use_tiling
+    failures["left"] = 2
+    with pytest.raises(PermanentError, match="out of GPU memory at 64x64, 17 frames"):
+        generator.generate(SegmentSpec(0, 17, 64, 64, 8, 0, 0), prompt, None, 3)
+
+
+def test_group_offload_gives_the_same_frames_and_fp8_casting_runs(model_dirs: dict[str, Path]):
+    spec = SegmentSpec(0, 17, 64, 64, 8, 0, 0)
+    plain, prompt = _loaded(model_dirs["wan"], family="wan")
+    offloaded, _ = _loaded(model_dirs["wan"], MemoryPolicy(group_offload="block"), "wan")
+    assert np.array_equal(
+        plain.generate(spec, prompt, None, 5), offloaded.generate(spec, prompt, None, 5)
+    )
+    assert offloaded.last_memory["group_offload"] == "block"
+    cast, _ = _loaded(
+        model_dirs["wan"], MemoryPolicy(layerwise_casting="fp8", vae_tiling=True), "wan"
+    )
+    assert cast.generate(spec, prompt, None, 5).shape == (17, 64, 64, 3)
+    assert cast.pipe.vae.use_tiling and cast.last_memory["layerwise_casting"] == "fp8"
+
+
+def test_memory_settings_reach_the_worker_and_are_recorded(
+    tmp_path: Path, model_dirs: dict[str, Path]
+):
+    env = {
+        **home_env(tmp_path / "home"),
+        "FACTORY_GROUP_OFFLOAD": "block",
+        "FACTORY_VAE_TILING": "1",
+    }
+    path = tmp_path / "m.yaml"
+    path.write_text(manifest(model_dirs["skyreels-v2-df"]))
+    assert run_cli("run", str(path), env=env, timeout=600).returncode == 0
+    status = json.loads(run_cli("status", "df.chain", "--json", env=env).stdout)
+    recorded = status["progress"]["memory"]["0"]
+    assert recorded["group_offload"] == "block" and recorded["vae_tiling"] is True
+    bad = run_cli("run", str(path), env={**env, "FACTORY_GROUP_OFFLOAD": "half"})
+    assert bad.returncode == 2 and "FACTORY_GROUP_OFFLOAD" in bad.stderr
+
+
+def test_gpu_plan_counts_weights_exactly_and_scales_with_resolution(
+    tmp_path: Path, model_dirs: dict[str, Path]
+):
+    from diffusers import WanVACETransformer3DModel
+
+    env = home_env(tmp_path / "home")
+
+    def planned(*extra: str) -> dict:
+        done = run_cli(
+            "gpu", "plan", "--family", "wan", "--segment-frames", "33", "--json", *extra, env=env
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    tiny = planned("--resolution", "64x64", "--model", str(model_dirs["wan"]))
+    weights = next(c for c in tiny["components"] if c["component"] == "transformer weights")
+    transformer = WanVACETransformer3DModel.from_pretrained(model_dirs["wan"] / "transformer")
+    assert weights["bytes"] == 2 * sum(p.numel() for p in transformer.parameters())
+    small, large = planned("--resolution", "480x272"), planned("--resolution", "832x480")
+    assert large["tokens"] > small["tokens"] and large["gpu_total"] > small["gpu_total"]
+    released = next(c for c in large["components"] if c["component"] == "transformer weights")
+    assert 3.5 * 2**30 < released["bytes"] < 4.5 * 2**30  # Wan2.1-VACE 1.3B in bf16
+    encoder = next(c for c in large["components"] if c["component"].startswith("text"))
+    assert encoder["on_gpu"] is False  # the embedding cache keeps it off the GPU
+    bad = run_cli(
+        "gpu",
+        "plan",
+        "--family",
+        "wan",
+        "--resolution",
+        "830x480",
+        "--segment-frames",
+        "33",
+        env=env,
+    )
+    assert bad.returncode == 2 and "multiples of 16" in bad.stderr
+
+
+def test_the_gpu_check_script_runs_its_tiny_form(tmp_path: Path):
+    out = tmp_path / "check.json"
+    done = run_cli_script(
+        [
+            "bash",
+            str(REPO / "scripts" / "gpu_check.sh"),
+            "--tiny",
+            "--segments",
+            "2",
+            "--out",
+            str(out),
+        ]
+    )
+    assert done.returncode == 0, done.stderr
+    assert "s/segment" in done.stdout
+    report = json.loads(out.read_text())
+    assert [r["backend"] for r in report["results"]] == ["native"]
+    assert len(report["results"][0]["segments"]) == 2
+
+
+def run_cli_script(argv: list[str]):
+    import subprocess
+
+    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+
+
+def test_a_missing_model_directory_is_a_clear_error(tmp_path: Path, model_dirs: dict[str, Path]):
     with pytest.raises(PermanentError, match=r"missing model_index\.json"):
         check_model_dir(str(tmp_path / "nowhere"))
     broken = tmp_path / "broken"
-    shutil.copytree(model_dir, broken)
+    shutil.copytree(model_dirs["skyreels-v2-df"], broken)
     shutil.rmtree(broken / "transformer")
     with pytest.raises(PermanentError, match="missing transformer"):
         check_model_dir(str(broken))
@@ -100,12 +304,14 @@ def test_a_missing_model_directory_is_a_clear_error(tmp_path: Path, model_dir: P
     assert "missing transformer" in status and "failed (in generate)" in status
 
 
-def test_a_poisoned_model_fails_the_job_instead_of_making_a_video(tmp_path: Path, model_dir: Path):
+def test_a_poisoned_model_fails_the_job_instead_of_making_a_video(
+    tmp_path: Path, model_dirs: dict[str, Path]
+):
     import torch
     from diffusers import SkyReelsV2Transformer3DModel
 
     poisoned = tmp_path / "poisoned"
-    shutil.copytree(model_dir, poisoned)
+    shutil.copytree(model_dirs["skyreels-v2-df"], poisoned)
     transformer = SkyReelsV2Transformer3DModel.from_pretrained(poisoned / "transformer")
     with torch.no_grad():
         transformer.proj_out.weight.fill_(float("nan"))

@@ -44,8 +44,7 @@ def put_beds(env: dict[str, str]) -> None:
 def in_process(home: Path) -> tuple[Factory, StageContext]:
     settings = Settings.from_env(home_env(home))
     factory = Factory.open(settings)
-    store = FileStore(home / "store")
-    return factory, StageContext(machine=factory.jobs, store=store, work_root=home / "work")
+    return factory, StageContext.from_settings(settings, factory.jobs, factory.database)
 
 
 def write_manifest(path: Path, body: str) -> Path:

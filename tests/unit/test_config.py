@@ -40,6 +40,12 @@ def test_production_values_are_taken_as_given():
         ("FACTORY_DATABASE_URL", "mysql://x/y", "not supported"),
         ("FACTORY_STORE_URL", "ftp://x/y", "not supported"),
         ("FACTORY_REDIS_URL", "localhost:6379", "redis://"),
+        ("FACTORY_VAE_TILING", "maybe", "true/false"),
+        ("FACTORY_GROUP_OFFLOAD", "half", "off, block, leaf"),
+        ("FACTORY_LAYERWISE_CASTING", "fp4", "off, fp8"),
+        ("FACTORY_EMBEDDING_CACHE", "redis", "FACTORY_REDIS_URL is not set"),
+        ("FACTORY_EMBEDDING_CACHE_BYTES", "lots", "whole number of bytes"),
+        ("FACTORY_TEXT_ENCODER_DEVICE", "tpu", "cpu or cuda"),
     ],
 )
 def test_bad_values_name_the_variable(name: str, value: str, says: str):
@@ -47,3 +53,25 @@ def test_bad_values_name_the_variable(name: str, value: str, says: str):
         Settings.from_env({name: value})
     assert caught.value.field == name and says in str(caught.value)
     assert caught.value.exit_code == 2
+
+
+def test_memory_governance_and_the_embedding_cache_from_settings():
+    settings = Settings.from_env(
+        {
+            "FACTORY_VAE_TILING": "yes",
+            "FACTORY_GROUP_OFFLOAD": "block",
+            "FACTORY_LAYERWISE_CASTING": "fp8",
+            "FACTORY_EMBEDDING_CACHE": "redis",
+            "FACTORY_REDIS_URL": "redis://r:6379/1",
+            "FACTORY_EMBEDDING_CACHE_BYTES": "1048576",
+        }
+    )
+    policy = settings.memory_policy
+    assert (policy.vae_tiling, policy.group_offload, policy.layerwise_casting) == (
+        True,
+        "block",
+        "fp8",
+    )
+    assert (settings.embedding_cache, settings.embedding_cache_bytes) == ("redis", 1 << 20)
+    default = Settings.from_env({})
+    assert default.memory_policy.group_offload == "off" and default.embedding_cache == "store"

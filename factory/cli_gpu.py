@@ -1,0 +1,230 @@
+"""CLI commands for GPU generation: `factory preload` (prompt embeddings ahead of the batch),
+`factory gpu plan` (memory per component, from the model config) and `factory gpu report`
+(what segments really used)."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from factory.app import Factory
+from factory.config import Settings
+from factory.errors import BadInput
+from factory.gpu_report import cache_summary, gpu_rows
+from factory.manifest import load_manifest
+from factory.spec import DIFFUSERS_FAMILIES, ModelChoice
+
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+gpu_app = typer.Typer(
+    help="GPU memory: plan before a batch, report after it.", no_args_is_help=True
+)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(preload)
+    app.add_typer(gpu_app, name="gpu")
+
+
+def gib(value: int | None) -> str:
+    return "-" if value is None else f"{value / (1 << 30):.2f} GiB"
+
+
+def preload(
+    manifest: Path = typer.Argument(..., help="Manifest file whose prompts to encode."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+) -> None:
+    """Encode a manifest's prompts with the text encoder alone, into the shared embedding cache,
+    so GPU workers load only the transformer and the VAE."""
+    from factory.pipeline.prompts import EnsureResult, PromptService, open_embedding_cache
+    from factory.store import open_store
+
+    parsed = load_manifest(manifest)
+    factory = Factory.open(Settings.from_env())
+    settings = factory.settings
+    cache = open_embedding_cache(settings, factory.database, open_store(settings.store_url))
+    wanted: dict[ModelChoice, list[tuple[str, str]]] = {}
+    for video in parsed.videos:
+        if video.model.family in DIFFUSERS_FAMILIES:
+            pairs = wanted.setdefault(video.model, [])
+            pairs += [(s.prompt, video.negative_prompt) for s in video.scenes]
+    report: dict[str, Any] = {"models": [], "hits": 0, "misses": 0}
+    if cache is None:
+        raise BadInput("is off: there is nothing to preload into", field="FACTORY_EMBEDDING_CACHE")
+    service = PromptService(cache, settings.text_encoder_device)
+    total = EnsureResult()
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+    )
+    with Progress(*columns, console=err, disable=as_json or not err.is_terminal) as bar:
+        for model, pairs in wanted.items():
+            unique = list(dict.fromkeys(pairs))
+            task = bar.add_task(f"{model.family} prompts", total=len(unique))
+            result = service.ensure(model, unique, on_each=lambda _, t=task: bar.advance(t))
+            total.add(result)
+            report["models"].append(
+                {
+                    "model": f"{model.family}:{model.path}",
+                    "prompts": len(unique),
+                    "hits": result.hits,
+                    "misses": result.misses,
+                    "text_encoder_bytes": _text_encoder_bytes(model),
+                }
+            )
+    report.update(
+        hits=total.hits,
+        misses=total.misses,
+        not_stored=total.not_stored,
+        cache=cache_summary(cache.stats()),
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return
+    if not wanted:
+        out.print("no videos of a diffusers family: nothing to encode")
+    for entry in report["models"]:
+        out.print(
+            f"{entry['model']}: {entry['prompts']} prompts, {entry['hits']} already cached, "
+            f"{entry['misses']} encoded; text encoder {gib(entry['text_encoder_bytes'])} "
+            "(bf16) that GPU workers do not load"
+        )
+    stats = report["cache"]
+    rate = "-" if stats["hit_rate"] is None else f"{stats['hit_rate']:.0%}"
+    out.print(
+        f"cache: {stats['entries']} entries, {gib(stats['bytes'])} of "
+        f"{gib(stats['capacity'])}, hit rate {rate} "
+        f"({stats['hits']} hits, {stats['misses']} misses)"
+    )
+    if total.not_stored:
+        err.print(
+            f"{total.not_stored} embedding(s) larger than FACTORY_EMBEDDING_CACHE_BYTES "
+            "were not stored"
+        )
+
+
+def _text_encoder_bytes(model: ModelChoice) -> int | None:
+    from factory.generate.memory_plan import plan
+
+    try:
+        found = plan(model.family, 64, 64, 9, model.path)
+    except BadInput:
+        return None
+    return next((line.bytes for line in found.lines if line.component.startswith("text")), None)
+
+
+@gpu_app.command("plan")
+def gpu_plan(
+    family: str = typer.Option(..., "--family", help=f"One of {', '.join(DIFFUSERS_FAMILIES)}."),
+    resolution: str = typer.Option(..., "--resolution", help="WIDTHxHEIGHT, e.g. 832x480."),
+    segment_frames: int = typer.Option(..., "--segment-frames", min=1, max=1025),
+    model: Path | None = typer.Option(None, "--model", help="Model directory (config only)."),
+    fp8: bool = typer.Option(False, "--fp8", help="Layerwise casting: weights stored in fp8."),
+    offload: bool = typer.Option(False, "--group-offload", help="Group offload, block level."),
+    tiling: bool = typer.Option(False, "--vae-tiling", help="VAE tiling."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Estimated GPU memory per component for one segment (weights exact, the rest estimated);
+    without --model, the released model's config (Wan/SkyReels 1.3B, LTX-Video 2B)."""
+    from factory.generate.memory_plan import plan
+
+    match = re.fullmatch(r"(\d+)x(\d+)", resolution)
+    if not match:
+        raise BadInput(f"{resolution!r} is not WIDTHxHEIGHT", field="--resolution")
+    width, height = int(match[1]), int(match[2])
+    found = plan(
+        family,
+        width,
+        height,
+        segment_frames,
+        str(model) if model else None,
+        layerwise_fp8=fp8,
+        group_offload=offload,
+        vae_tiling=tiling,
+    )
+    if as_json:
+        sys.stdout.write(json.dumps(found.to_dict(), indent=2) + "\n")
+        return
+    table = Table(
+        title=f"{family} {width}x{height}, {segment_frames} frames ({found.tokens} tokens)"
+    )
+    for column in ("component", "memory", "on the GPU", "how"):
+        table.add_column(column)
+    for line in found.lines:
+        where = "yes" if line.on_gpu else "no (embedding cache)"
+        table.add_row(line.component, gib(line.bytes), where, line.how)
+    table.add_row("total on the GPU", gib(found.gpu_total), "", "")
+    out.print(table)
+
+
+@gpu_app.command("report")
+def gpu_report(
+    as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
+) -> None:
+    """Measured per-segment memory and time, by family, resolution, segment length, GPU and
+    attention backend, from every recorded job; and the embedding cache's hit rate."""
+    from factory.pipeline.prompts import open_embedding_cache
+    from factory.store import open_store
+
+    factory = Factory.open(Settings.from_env())
+    settings = factory.settings
+    rows = gpu_rows(factory.database)
+    cache = open_embedding_cache(settings, factory.database, open_store(settings.store_url))
+    summary = cache_summary(cache.stats()) if cache else None
+    if as_json:
+        data = {"segments": [r.to_dict() for r in rows], "embedding_cache": summary}
+        sys.stdout.write(json.dumps(data, indent=2) + "\n")
+        return
+    if not rows:
+        out.print("no measured segments yet (only diffusers segments record memory)")
+    else:
+        table = Table(title="measured per segment")
+        for column in (
+            "family",
+            "resolution",
+            "frames",
+            "device",
+            "attention",
+            "segments",
+            "s/segment",
+            "peak allocated",
+            "peak reserved",
+            "fragmentation",
+            "peak RSS",
+            "OOM retries",
+        ):
+            table.add_column(column)
+        for r in rows:
+            frag = "-" if r.fragmentation is None else f"{r.fragmentation:.1%}"
+            table.add_row(
+                r.family,
+                r.resolution,
+                str(r.segment_frames),
+                r.device,
+                r.attention,
+                str(r.segments),
+                f"{r.median_seconds:.2f}",
+                gib(r.peak_allocated),
+                gib(r.peak_reserved),
+                frag,
+                gib(r.peak_rss),
+                str(r.oom_retries),
+            )
+        out.print(table)
+    if summary:
+        rate = "-" if summary["hit_rate"] is None else f"{summary['hit_rate']:.0%}"
+        out.print(
+            f"embedding cache: {summary['entries']} entries, {gib(summary['bytes'])}, "
+            f"hit rate {rate} ({summary['hits']} hits, {summary['misses']} misses)"
+        )

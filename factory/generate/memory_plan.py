@@ -1,0 +1,218 @@
+"""`factory gpu plan`: GPU memory per component, estimated from a model's config before any
+weights are loaded.
+
+Weights are exact: the modules are built on torch's `meta` device from their config.json
+(no memory, no download) and their parameters counted. Activations, VAE decode and context
+are estimates from the shapes (formulas in docs/models.md); `factory gpu report` shows
+what segments really used, and both sit side by side in docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from factory.errors import BadInput
+from factory.generate.families import FAMILIES
+
+GIB = 1 << 30
+
+# The released models' configs, for planning without a model directory (Wan2.1 / SkyReels-V2
+# 1.3B, Wan2.1-VACE 1.3B, LTX-Video 2B 0.9.x; text encoders umt5-xxl and t5-v1_1-xxl).
+_WAN_13B = dict(
+    patch_size=[1, 2, 2],
+    num_attention_heads=12,
+    attention_head_dim=128,
+    in_channels=16,
+    out_channels=16,
+    text_dim=4096,
+    freq_dim=256,
+    ffn_dim=8960,
+    num_layers=30,
+    cross_attn_norm=True,
+    qk_norm="rms_norm_across_heads",
+    rope_max_seq_len=1024,
+)
+_XXL = dict(
+    d_model=4096, d_ff=10240, d_kv=64, num_heads=64, num_layers=24, feed_forward_proj="gated-gelu"
+)
+REFERENCE: dict[str, dict[str, Any]] = {
+    "skyreels-v2-df": {
+        "transformer": ("SkyReelsV2Transformer3DModel", _WAN_13B),
+        "vae": ("AutoencoderKLWan", {}),
+        "text_encoder": ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL)),
+    },
+    "wan": {
+        "transformer": (
+            "WanVACETransformer3DModel",
+            dict(_WAN_13B, vace_layers=list(range(0, 30, 2)), vace_in_channels=96),
+        ),
+        "vae": ("AutoencoderKLWan", {}),
+        "text_encoder": ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL)),
+    },
+    "ltx-video": {
+        "transformer": ("LTXVideoTransformer3DModel", {}),
+        "vae": ("AutoencoderKLLTXVideo", {}),
+        "text_encoder": ("T5EncoderModel", dict(vocab_size=32128, **_XXL)),
+    },
+}
+# diffusers runs Wan-style guidance as two passes and LTX's as one batch of two.
+_GUIDANCE_BATCH = {"skyreels-v2-df": 1, "wan": 1, "ltx-video": 2}
+
+
+@dataclass
+class Line:
+    component: str
+    bytes: int
+    on_gpu: bool
+    how: str  # "exact (parameters)" or "estimate"
+
+
+@dataclass
+class MemoryPlan:
+    family: str
+    width: int
+    height: int
+    frames: int
+    tokens: int
+    lines: list[Line]
+
+    @property
+    def gpu_total(self) -> int:
+        return sum(line.bytes for line in self.lines if line.on_gpu)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "family": self.family,
+            "resolution": f"{self.width}x{self.height}",
+            "segment_frames": self.frames,
+            "tokens": self.tokens,
+            "components": [line.__dict__ for line in self.lines],
+            "gpu_total": self.gpu_total,
+        }
+
+
+def _configs(family: str, model_dir: str | None) -> dict[str, tuple[str, dict[str, Any]]]:
+    if model_dir is None:
+        return REFERENCE[family]
+    root = Path(model_dir)
+    index_file = root / "model_index.json"
+    if not index_file.is_file():
+        raise BadInput(f"{root} has no model_index.json", field="--model")
+    index = json.loads(index_file.read_text())
+    found = {}
+    for name in ("transformer", "vae", "text_encoder"):
+        spec = index.get(name)
+        config_file = root / name / "config.json"
+        if not spec or spec[1] is None or not config_file.is_file():
+            continue
+        config = json.loads(config_file.read_text())
+        found[name] = (spec[1], {k: v for k, v in config.items() if not k.startswith("_")})
+    if "transformer" not in found:
+        raise BadInput(f"{root} has no transformer/config.json", field="--model")
+    return found
+
+
+def _meta_module(class_name: str, config: dict[str, Any]) -> Any:
+    import diffusers
+    import torch
+    import transformers
+
+    with torch.device("meta"):
+        if hasattr(diffusers, class_name):
+            return getattr(diffusers, class_name).from_config(config)
+        model_class = getattr(transformers, class_name)
+        config_class = model_class.config_class
+        return model_class(
+            config_class(**{k: v for k, v in config.items() if k not in ("architectures",)})
+        )
+
+
+def _parameter_count(module: Any) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def plan(
+    family: str,
+    width: int,
+    height: int,
+    frames: int,
+    model_dir: str | None = None,
+    *,
+    layerwise_fp8: bool = False,
+    group_offload: bool = False,
+    text_encoder_on_gpu: bool = False,
+    vae_tiling: bool = False,
+) -> MemoryPlan:
+    if family not in FAMILIES:
+        raise BadInput(f"{family!r} is not one of {', '.join(FAMILIES)}", field="--family")
+    fam = FAMILIES[family]
+    if width % fam.size_multiple or height % fam.size_multiple:
+        raise BadInput(
+            f"{width}x{height} does not suit {family}: width and height must be multiples "
+            f"of {fam.size_multiple}",
+            field="--resolution",
+        )
+    if frames % fam.time_stride != 1:  # what the pipeline will really generate
+        frames = (frames // fam.time_stride + 1) * fam.time_stride + 1
+    configs = _configs(family, model_dir)
+    modules = {name: _meta_module(*spec) for name, spec in configs.items()}
+    bf16 = 2
+    transformer = modules["transformer"]
+    tcfg = dict(transformer.config)
+    latent_frames = (frames - 1) // fam.time_stride + 1
+    spatial = 32 if family == "ltx-video" else 8
+    patch = tcfg.get("patch_size", 1)
+    patch_h, patch_w = (patch[1], patch[2]) if isinstance(patch, list | tuple) else (patch, patch)
+    tokens = latent_frames * (height // spatial // patch_h) * (width // spatial // patch_w)
+    inner = tcfg.get("num_attention_heads", 32) * tcfg.get("attention_head_dim", 64)
+    ffn = tcfg.get("ffn_dim") or 4 * inner
+    layers = tcfg.get("num_layers", 1)
+    batch = _GUIDANCE_BATCH[family]
+
+    lines = []
+    params = _parameter_count(transformer)
+    weight_bytes = params * (1 if layerwise_fp8 else bf16)
+    if group_offload:  # one block resident plus what sits outside the blocks
+        weight_bytes = weight_bytes // max(layers, 1) * 2
+    lines.append(Line("transformer weights", weight_bytes, True, "exact (parameters)"))
+    if "vae" in modules:
+        lines.append(
+            Line("VAE weights", _parameter_count(modules["vae"]) * bf16, True, "exact (parameters)")
+        )
+    if "text_encoder" in modules:
+        lines.append(
+            Line(
+                "text encoder weights",
+                _parameter_count(modules["text_encoder"]) * bf16,
+                text_encoder_on_gpu,
+                "exact (parameters)",
+            )
+        )
+    # One block's live tensors: the residual stream (2 copies), q/k/v/out, the FFN's inner
+    # layer, with memory-efficient attention (no tokens^2 matrix); cross-attention K/V.
+    per_token = 2 * inner + 4 * inner + ffn
+    text_len = fam.max_sequence_length
+    activations = batch * (tokens * per_token + 2 * text_len * inner) * bf16
+    lines.append(Line("activations (one block)", activations, True, "estimate"))
+    lines.append(
+        Line("latents + scheduler state", batch * tokens * inner // 4 * 4, True, "estimate")
+    )
+    vcfg = dict(modules["vae"].config) if "vae" in modules else {}
+    pixels = width * height
+    if vae_tiling:
+        pixels = min(pixels, 512 * 512)
+    if family == "ltx-video":  # decodes the whole clip at once; tiling decodes in chunks
+        channels = (vcfg.get("decoder_block_out_channels") or (128,))[0]
+        decoded, live, context_frames = (min(frames, 16) if vae_tiling else frames), 2, 9
+    else:  # Wan's causal VAE: 4 output frames at a time, with caches (more live tensors)
+        channels = vcfg.get("base_dim", 96)
+        decoded, live, context_frames = 4, 6, 4
+    output = frames * width * height * 3 * 4  # the decoded clip in float32
+    decode = decoded * pixels * channels * bf16 * live + output
+    lines.append(Line("VAE decode", decode, True, "estimate"))
+    context = context_frames * pixels * channels * bf16 * live
+    lines.append(Line("context (tail encode)", context, True, "estimate"))
+    return MemoryPlan(family, width, height, frames, tokens, lines)
