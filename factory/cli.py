@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from factory import __version__, cli_cluster, cli_gpu
+from factory import __version__, cli_cluster, cli_gpu, cli_qc
 from factory.app import Factory
 from factory.config import Settings
 from factory.db import migrate
@@ -452,14 +452,41 @@ def _status_lines(job: Job) -> list[tuple[str, str]]:
             ", ".join(f"{k}: {v}" for k, v in outputs.items()) if outputs else "none delivered yet",
         )
     )
-    qc = p.get("qc")
-    lines.append(("qc", json.dumps(qc.get("summary", qc)) if qc else "not run yet"))
+    lines.append(("qc", _qc_text(p.get("qc"), p.get("seams", {}))))
     if job.last_error:
         e = job.last_error
         lines.append(("error", f"{e['kind']} in {e['stage']}: {e['message']}"))
     lines.append(("next", _next_step(job)))
     lines.append(("trace", job.trace_id))
     return lines
+
+
+def _qc_text(qc: dict[str, Any] | None, seams: dict[str, Any]) -> str:
+    """One line: the verdict, each rendition's fidelity, the seams; failures after it."""
+    if not qc:
+        regenerated = sum(s.get("regenerations", 0) for s in seams.values())
+        return f"not run yet ({len(seams)} seams scored, {regenerated} regenerated)"
+    parts = ["passed" if qc.get("passed") else "FAILED"]
+    for name, values in (qc.get("fidelity") or {}).items():
+        vmaf, psnr, ssim = (values.get(k) for k in ("vmaf", "psnr_y", "ssim"))
+        parts.append(
+            f"{name} VMAF {'n/a' if vmaf is None else f'{vmaf:.1f}'}"
+            f" PSNR-Y {'n/a' if psnr is None else f'{psnr:.1f} dB'}"
+            f" SSIM {'n/a' if ssim is None else f'{ssim:.3f}'}"
+        )
+    if qc.get("seams") is not None:
+        worst = qc.get("worst_seam_jump")
+        parts.append(
+            f"{qc['seams']} seams (worst jump {worst if worst is not None else '-'}, "
+            f"{qc.get('regenerations', 0)} regenerated)"
+        )
+    text = " · ".join(parts)
+    failures = qc.get("failures") or []
+    if failures:
+        text += "\n           " + "\n           ".join(failures[:5])
+    if qc.get("report"):
+        text += f"\n           report {qc['report']} (+ contact.png, quality.png)"
+    return text
 
 
 def _next_step(job: Job) -> str:
@@ -508,6 +535,7 @@ def _print_json(data: Any) -> None:
 
 cli_cluster.register(app)
 cli_gpu.register(app)
+cli_qc.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from factory.errors import ConfigError
 from factory.generate.memory import MemoryPolicy
+from factory.qc.thresholds import ENV_NAMES, QcThresholds
 
 _SUPPORTED_DATABASES = ("sqlite", "postgresql")
 _SUPPORTED_STORES = ("file", "s3")
@@ -40,6 +41,7 @@ class Settings:
     text_encoder_device: str = "cpu"
     embedding_cache: str = "store"
     embedding_cache_bytes: int = 4 << 30
+    qc: QcThresholds = field(default_factory=QcThresholds)
 
     @property
     def memory_policy(self) -> MemoryPolicy:
@@ -78,6 +80,7 @@ class Settings:
             embedding_cache_bytes=_positive_int(
                 env, "FACTORY_EMBEDDING_CACHE_BYTES", 4 << 30, unit="bytes"
             ),
+            qc=_qc_thresholds(env),
         )
         settings._check_schemes()
         return settings
@@ -160,3 +163,20 @@ def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
     if raw not in allowed:
         raise ConfigError(f"must be one of {', '.join(allowed)}, got {raw!r}", field=name)
     return raw
+
+
+def _qc_thresholds(env: Mapping[str, str]) -> QcThresholds:
+    values: dict[str, float | int] = {}
+    for field_name, name in ENV_NAMES.items():
+        raw = env.get(name)
+        if raw is None or raw == "":
+            continue
+        default = getattr(QcThresholds, field_name)
+        try:
+            value = int(raw) if isinstance(default, int) else float(raw)
+        except ValueError:
+            raise ConfigError(f"must be a number, got {raw!r}", field=name) from None
+        if value < 0 or (value != value) or value == float("inf"):
+            raise ConfigError(f"must be a finite number >= 0, got {raw!r}", field=name)
+        values[field_name] = value
+    return QcThresholds(**values)

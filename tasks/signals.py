@@ -80,10 +80,27 @@ def _hand_back(**_: Any) -> None:
         _announcer.set()
     if not queue or not url:
         return
-    from tasks.app import app
 
     conn = broker.client(url)
     conn.delete(ALIVE_PREFIX + queue)
+    _move_own_queue(queue, url)
+
+
+@signals.worker_shutdown.connect
+def _hand_back_restored(**_: Any) -> None:
+    """Once the consumer has closed: a message this worker had reserved but not started is put
+    back (by the Redis transport) into its own queue, which nobody will read any more; move
+    it to the shared queue too."""
+    queue = os.environ.get("FACTORY_GPU_QUEUE")
+    url = _broker_url()
+    if queue and url:
+        _move_own_queue(queue, url)
+
+
+def _move_own_queue(queue: str, url: str) -> None:
+    from tasks.app import app
+
+    conn = broker.client(url)
     for raw, headers in list(broker.messages(conn, queue)):
         if conn.lrem(queue, 1, raw):
             job_id, attempt = broker.message_args(raw)

@@ -13,6 +13,7 @@ from factory.db.state import Job, JobStateMachine
 from factory.errors import PermanentError
 from factory.generate import Generator, MemoryPolicy, PromptEmbedding, make_generator
 from factory.pipeline.prompts import EnsureResult, PromptService, open_embedding_cache
+from factory.qc.thresholds import QcThresholds
 from factory.spec import DIFFUSERS_FAMILIES, ModelChoice, VideoSpec
 from factory.store import open_store
 from factory.store.base import Store
@@ -31,6 +32,7 @@ class StageContext:
     attention_override: str | None = None  # FACTORY_ATTENTION_BACKEND
     memory_policy: MemoryPolicy = field(default_factory=MemoryPolicy)
     prompt_service: PromptService | None = None  # the embedding cache (diffusers families)
+    qc: QcThresholds = field(default_factory=QcThresholds)  # seam limits, regenerations
     on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk
     _generators: dict[ModelChoice, Generator] = field(default_factory=dict)
     _prompts: dict[tuple[ModelChoice, str, str], PromptEmbedding] = field(default_factory=dict)
@@ -50,6 +52,7 @@ class StageContext:
             attention_override=settings.attention_backend,
             drift_factor=settings.drift_factor,
             memory_policy=settings.memory_policy,
+            qc=settings.qc,
             prompt_service=PromptService(cache, settings.text_encoder_device) if cache else None,
         )
         values.update(overrides)

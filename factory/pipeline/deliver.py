@@ -20,6 +20,13 @@ def run_deliver(ctx: StageContext, job: Job) -> Job:
     with ctx.store.local_path(job.progress["qc"]["report"]) as path:
         ctx.store.put_file(report, path)
     outputs["qc"] = ctx.store.url_for(report)
+    prefix = f"{video.batch}/{video.video_id}"
+    for picture in ("contact", "quality"):
+        made = f"{prefix}/work/{picture}.png"
+        if ctx.store.exists(made):
+            with ctx.store.local_path(made) as path:
+                ctx.store.put_file(f"{prefix}/{picture}.png", path)
+            outputs[picture] = ctx.store.url_for(f"{prefix}/{picture}.png")
     job = ctx.machine.checkpoint(
         job.job_id, attempt=job.attempt, updates={"deliver": {"outputs": outputs}}
     )

@@ -7,18 +7,22 @@ from __future__ import annotations
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from factory.db.state import Job
-from factory.generate import SegmentSpec, segment_seed
+from factory.errors import PermanentError
+from factory.generate import Generator, PromptEmbedding, SegmentSpec, segment_seed
 from factory.generate.guard import check_frames
-from factory.media.intermediate import read_tail, write_segment, write_tail
+from factory.media.intermediate import read_frames, read_tail, write_segment, write_tail
 from factory.pipeline.context import StageContext
 from factory.plan import SegmentPlan, plan_segments, scene_start_frames
+from factory.qc.pictures import thumbnails
+from factory.qc.seams import WINDOW, colour_record, score_seam
 from factory.spec import VideoSpec
 from factory.stages import Stage
-from factory.stitch import anchor_stats, stitch, toward_anchor
+from factory.stitch import Stitched, anchor_stats, stitch, toward_anchor
 from factory.store import keys
 
 
@@ -29,11 +33,17 @@ def video_plan(video: VideoSpec) -> list[SegmentPlan]:
 
 @dataclass
 class WarmTail:
-    """The tail a worker keeps in memory for the job's next segment (saves a store read)."""
+    """What a worker keeps in memory for the job's next segment (saves store reads): the tail
+    the next segment continues, and the last frames written before the seam."""
 
     job_id: str
     segment: int
     frames: np.ndarray
+    written: np.ndarray | None = None
+
+
+class SeamFailed(PermanentError):
+    """A seam stayed bad after every allowed regeneration of the segment after it."""
 
 
 def next_segment(job: Job) -> SegmentPlan | None:
@@ -44,35 +54,83 @@ def next_segment(job: Job) -> SegmentPlan | None:
 def generate_segment(
     ctx: StageContext, job: Job, warm: WarmTail | None = None
 ) -> tuple[Job, WarmTail | None]:
-    """Generate, stitch, store and record the job's next segment; the caller holds the job."""
+    """Generate, stitch, check the seam, store and record the job's next segment; the caller
+    holds the job. A bad seam regenerates the segment with a new seed (bounded)."""
     plan = next_segment(job)
     if plan is None:
         return job, warm
     video = job.video
     prompts = ctx.ensure_prompts(video)  # the text encoder alone, before the transformer loads
     generator = ctx.generator(video.model)
-    tail = None
+    usable = warm is not None and (warm.job_id, warm.segment) == (job.job_id, plan.index - 1)
+    tail = before = None
     if plan.context:
-        usable = warm is not None and (warm.job_id, warm.segment) == (job.job_id, plan.index - 1)
-        tail = warm.frames if usable else _stored_tail(ctx, video, plan.index - 1)
+        tail = warm.frames if usable and warm else _stored_tail(ctx, video, plan.index - 1)
+    if plan.index > 0:
+        before = warm.written if usable and warm and warm.written is not None else None
+        if before is None:
+            before = _stored_written_tail(ctx, video, plan.index - 1)
     scene = video.scenes[plan.scene]
     prompt = ctx.prompt(video.model, scene.prompt, video.negative_prompt)
     started = time.monotonic()
-    spec = SegmentSpec(plan.index, plan.frames, video.width, video.height, video.fps,
-                       plan.first_frame, plan.context)  # fmt: skip
-    # C order everywhere: the warm tail and a tail read back from the store must have the same
-    # memory layout, or float reductions in the stitcher round differently (1-level drifts).
-    frames = np.ascontiguousarray(
-        generator.generate(spec, prompt, tail, segment_seed(video.seed, plan.index))
+    spec = SegmentSpec(
+        plan.index,
+        plan.frames,
+        video.width,
+        video.height,
+        video.fps,
+        plan.first_frame,
+        plan.context,
     )
-    check_frames(frames, f"segment {plan.index}")
-    anchor = job.progress.get("anchor")
-    if anchor and plan.index > 0:
-        frames = toward_anchor(frames, anchor, ctx.drift_factor)
-    stitched = stitch(plan, frames, tail, ctx.stitch_strength)
-    _store_segment(ctx, video, plan, stitched.frames, stitched.tail)
+    previous_scene = video_plan(video)[plan.index - 1].scene if plan.index else plan.scene
+    regeneration = 0
+    while True:
+        stitched = _make(ctx, job, plan, generator, spec, prompt, tail, regeneration)
+        seam = None
+        if before is not None:
+            seam = score_seam(
+                before,
+                stitched.frames,
+                plan.context if tail is not None else 0,
+                seam=plan.index,
+                frame=plan.write_start,
+                fps=video.fps,
+                scene_change=plan.scene != previous_scene,
+                limits=ctx.qc,
+            )
+        if seam is None or seam.passed:
+            break
+        if regeneration >= ctx.qc.regenerations:
+            raise SeamFailed(
+                f"seam before segment {plan.index} ({seam.seconds:.2f} s) still fails after "
+                f"{regeneration} new seed(s): {'; '.join(seam.failures)}"
+            )
+        regeneration += 1
+        job = ctx.machine.checkpoint(
+            job.job_id,
+            attempt=job.attempt,
+            updates={},
+            event="seam.regenerated",
+            detail={
+                "segment": plan.index,
+                "regeneration": regeneration,
+                "failures": seam.failures,
+                **seam.to_dict(),
+            },
+        )
+    _store_segment(
+        ctx, video, plan, stitched.frames, stitched.tail, plan.context if tail is not None else 0
+    )
     seconds = round(time.monotonic() - started, 3)
     used = getattr(generator, "last_memory", None)
+    key = str(plan.index)
+    seam_record: dict[str, Any] = {}
+    if seam is not None:
+        seams = {
+            **job.progress.get("seams", {}),
+            key: {**seam.to_dict(), "regenerations": regeneration},
+        }
+        seam_record = {"seams": seams}
     job = ctx.machine.checkpoint(
         job.job_id,
         attempt=job.attempt,
@@ -80,18 +138,17 @@ def generate_segment(
             **({"anchor": anchor_stats(stitched.frames)} if plan.index == 0 else {}),
             "segments": sorted({*job.progress["segments"], plan.index}),
             "frame": plan.write_end,
-            "segment_seconds": {**job.progress["segment_seconds"], str(plan.index): seconds},
-            **(
-                {"memory": {**job.progress.get("memory", {}), str(plan.index): used}}
-                if used
-                else {}
-            ),
+            "segment_seconds": {**job.progress["segment_seconds"], key: seconds},
+            "colour": {**job.progress.get("colour", {}), key: colour_record(stitched.frames)},
+            **seam_record,
+            **({"memory": {**job.progress.get("memory", {}), key: used}} if used else {}),
         },
         event="segment.done",
         detail={
             "segment": plan.index,
             "seconds": seconds,
             "frames": plan.write_count,
+            **({"regenerations": regeneration} if regeneration else {}),
             **_backend(generator),
             **({"memory": used} if used else {}),
             **(
@@ -104,7 +161,30 @@ def generate_segment(
             "segment_frames": plan.frames,
         },
     )
-    return job, WarmTail(job.job_id, plan.index, np.ascontiguousarray(stitched.tail))
+    written = np.ascontiguousarray(stitched.frames[-WINDOW:])
+    return job, WarmTail(job.job_id, plan.index, np.ascontiguousarray(stitched.tail), written)
+
+
+def _make(
+    ctx: StageContext,
+    job: Job,
+    plan: SegmentPlan,
+    generator: Generator,
+    spec: SegmentSpec,
+    prompt: PromptEmbedding,
+    tail: np.ndarray | None,
+    regeneration: int,
+) -> Stitched:
+    video = job.video
+    seed = segment_seed(video.seed, plan.index, regeneration)
+    # C order everywhere: the warm tail and a tail read back from the store must have the same
+    # memory layout, or float reductions in the stitcher round differently (1-level drifts).
+    frames = np.ascontiguousarray(generator.generate(spec, prompt, tail, seed))
+    check_frames(frames, f"segment {plan.index}")
+    anchor = job.progress.get("anchor")
+    if anchor and plan.index > 0:
+        frames = toward_anchor(frames, anchor, ctx.drift_factor)
+    return stitch(plan, frames, tail, ctx.stitch_strength)
 
 
 def run_generate(ctx: StageContext, job: Job) -> Job:
@@ -120,9 +200,19 @@ def run_generate(ctx: StageContext, job: Job) -> Job:
 
 
 def _store_segment(
-    ctx: StageContext, video: VideoSpec, plan: SegmentPlan, frames: np.ndarray, tail: np.ndarray
+    ctx: StageContext,
+    video: VideoSpec,
+    plan: SegmentPlan,
+    frames: np.ndarray,
+    tail: np.ndarray,
+    transition: int,
 ) -> None:
     work = ctx.work_dir(video)
+    first = frames[min(transition, len(frames) - 1)]
+    ctx.store.put_bytes(
+        keys.thumbs(video.batch, video.video_id, plan.index),
+        thumbnails(first=first, last=frames[-1]),
+    )
     with tempfile.TemporaryDirectory(dir=work) as scratch:
         segment_file = work / scratch / "segment.mkv"
         write_segment(segment_file, frames, video.fps)
@@ -136,6 +226,12 @@ def _store_segment(
         ctx.store.put_file(
             keys.segment(video.batch, video.video_id, plan.index), segment_file, move=True
         )
+
+
+def _stored_written_tail(ctx: StageContext, video: VideoSpec, index: int) -> np.ndarray:
+    """The last frames a stored segment wrote (a cold worker's view of the seam's left side)."""
+    with ctx.store.local_path(keys.segment(video.batch, video.video_id, index)) as path:
+        return np.ascontiguousarray(read_frames(path, video.width, video.height)[-WINDOW:])
 
 
 def _stored_tail(ctx: StageContext, video: VideoSpec, index: int) -> np.ndarray:

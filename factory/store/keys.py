@@ -15,6 +15,11 @@ def tail(batch: str, video: str, index: int) -> str:
     return f"{batch}/{video}/segments/{index:05d}.tail.npy"
 
 
+def thumbs(batch: str, video: str, index: int) -> str:
+    """Small pictures of a segment's first frame after its seam and its last written frame."""
+    return f"{batch}/{video}/segments/{index:05d}.thumbs.png"
+
+
 def chunk(batch: str, video: str, rendition: str, index: int) -> str:
     return f"{batch}/{video}/chunks/{rendition}/{index:05d}.mp4"
 

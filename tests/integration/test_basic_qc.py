@@ -16,7 +16,7 @@ from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.intermediate import write_segment
 from factory.media.presets import PRESETS, encode_argv
 from factory.media.probe import probe
-from factory.qc.basic import check_rendition, report
+from factory.qc.basic import check_rendition
 
 FPS, FRAMES = 12, 60
 VIDEO = parse_manifest(
@@ -83,9 +83,10 @@ def test_a_truncated_file_is_found(source: Path):
     assert "frames" in failed_checks(cut)
 
 
-def test_report_lists_every_failure_by_rendition(source: Path):
-    result = check_rendition(VIDEO, "mobile", probe(make(source, "gop5b", keyint="60",
-                                                         **{"min-keyint": "60"})))  # fmt: skip
-    document = report("qc.v", {"mobile": result})
-    assert document["passed"] is False
-    assert document["failures"] == ["mobile: gop_seconds is 5.0, expected 2"]
+def test_a_failed_check_says_why(source: Path):
+    path = make(source, "gop5b", keyint="60", **{"min-keyint": "60"})
+    result = check_rendition(VIDEO, "mobile", probe(path))
+    assert result["passed"] is False
+    [failed] = [c for c in result["checks"] if not c["passed"]]
+    assert failed["name"] == "gop_seconds" and failed["value"] == 5.0 and failed["limit"] == 2
+    assert failed["why"] == "keyframes 5.0 s apart; at most 2 s"

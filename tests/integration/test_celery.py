@@ -70,7 +70,8 @@ def test_killed_workers_cost_at_most_one_segment_each(cluster: Cluster, tmp_path
     kills += 1
     cluster.start("gpu2", "worker", "--gpu", "2")  # a replacement GPU
     jobs = cluster.wait_done(ids)
-    assert [j.stage for j in jobs] == [Stage.DONE] * 3, cluster.logs()
+    errors = [(j.job_id, j.last_error) for j in jobs if j.stage is not Stage.DONE]
+    assert [j.stage for j in jobs] == [Stage.DONE] * 3, f"{errors}\n{cluster.logs()}"
     repeated = sum(n - 1 for j in ids for n in cluster.segment_counts(j).values())
     assert repeated <= kills
     assert any(e.event == "recovered" for j in ids for e in cluster.factory().jobs.events(j))
@@ -141,7 +142,8 @@ def test_redis_flushall_mid_batch_loses_no_job(cluster: Cluster, tmp_path: Path)
     cluster.wait_segments(ids[0], 3)
     redis.Redis.from_url(BROKER).flushall()
     jobs = cluster.wait_done(ids)
-    assert [j.stage for j in jobs] == [Stage.DONE] * 3, cluster.logs()
+    errors = [(j.job_id, j.last_error) for j in jobs if j.stage is not Stage.DONE]
+    assert [j.stage for j in jobs] == [Stage.DONE] * 3, f"{errors}\n{cluster.logs()}"
 
 
 def test_a_postgres_restart_mid_batch_loses_no_job(cluster: Cluster, tmp_path: Path):

@@ -23,7 +23,7 @@ from factory.media.presets import PRESETS
 from factory.media.probe import probe
 from factory.pipeline.context import StageContext
 from factory.pipeline.encode import run_encode
-from factory.pipeline.generate import run_generate
+from factory.pipeline.generate import run_generate, video_plan
 from factory.pipeline.mux import run_mux
 from factory.pipeline.runner import run_job
 from factory.stages import Stage
@@ -75,10 +75,18 @@ def test_quick_batch_end_to_end(tmp_path: Path):
             assert a.codec == "aac" and abs(v.start - a.start) <= 0.042
             assert abs(v.duration - a.duration) <= 0.042
         report = json.loads(store.path(keys.qc_report(video.batch, video.video_id)).read_text())
-        assert report["schema"] == "factory.qc/1" and report["passed"] is True
+        assert report["schema"] == "factory.qc/2" and report["passed"] is True
+        for rendition in video.renditions:
+            fidelity = report["renditions"][rendition]["fidelity"]
+            assert fidelity["vmaf"]["mean"] >= 82 and fidelity["psnr_y"]["mean"] >= 38
+        assert len(report["seams"]) == len(video_plan(video)) - 1
+        for picture in ("contact", "quality"):
+            png = store.path(f"{video.batch}/{video.video_id}/{picture}.png").read_bytes()
+            assert png[:4] == b"\x89PNG"
         status = json.loads(run_cli("status", video.job_id, "--json", env=env).stdout)
         assert status["stage"] == "done"
-        assert set(status["progress"]["deliver"]["outputs"]) == {*video.renditions, "qc"}
+        outputs = set(status["progress"]["deliver"]["outputs"])
+        assert outputs == {*video.renditions, "qc", "contact", "quality"}
     again = run_cli("run", str(REPO / "examples" / "quick.yaml"), env=env)
     assert again.returncode == 0 and "2 of 2 videos delivered" in again.stdout
 
@@ -93,7 +101,7 @@ def test_same_spec_gives_identical_intermediates(tmp_path: Path):
         run_generate(ctx, job)
         files = sorted((tmp_path / name / "store" / "quick" / "harbor" / "segments").iterdir())
         digests.append({f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files})
-    assert len(digests[0]) == 7  # 4 segments, 3 tails
+    assert len(digests[0]) == 11  # 4 segments, 3 tails, 4 thumbnail pairs
     assert digests[0] == digests[1]
 
 
@@ -221,7 +229,7 @@ def test_a_failed_check_stops_delivery(tmp_path: Path):
     ctx.store.put_file(keys.muxed("crash", "slow", "compat"), broken)
     job = run_job(ctx, job.job_id, worker="t")
     assert job.stage is Stage.FAILED and job.stopped_stage is Stage.QC
-    assert "compat: audio_stream" in job.last_error["message"]
+    assert "compat.audio_stream: no audio stream" in job.last_error["message"]
     assert not list(ctx.store.list("crash/slow/out"))
     assert ctx.store.exists("crash/slow/work/qc.json")
 
@@ -238,6 +246,7 @@ def test_drift_control_pulls_later_segments_toward_the_first(tmp_path: Path):
 
     from factory.media.intermediate import read_frames
     from factory.pipeline.generate import generate_segment
+    from factory.qc.thresholds import QcThresholds
     from factory.stitch import channel_stats
 
     text = TIMED.replace("seconds_per_segment: 0.6", "seconds_per_segment: 0.001").replace(
@@ -248,6 +257,7 @@ def test_drift_control_pulls_later_segments_toward_the_first(tmp_path: Path):
     for factor in (0.0, 1.0):
         factory, ctx = in_process(tmp_path / f"f{factor}")
         ctx.drift_factor = factor
+        ctx.qc = QcThresholds(seam_jump=100)  # factor 1 across a scene change is a hard jump
         job = submit(parse_manifest(text), factory.jobs, None).jobs[0]
         job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="t")
         warm = None

@@ -1,0 +1,159 @@
+"""The report's pictures: `contact.png` (the frames either side of every seam, with its scores)
+and `quality.png` (per-frame fidelity and the seam scores over time)."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+THUMB_WIDTH = 240
+PASS, FAIL, INK, PAPER = (40, 160, 70), (210, 40, 40), (20, 20, 20), (250, 250, 248)
+
+
+@dataclass
+class SeamPicture:
+    seam: dict[str, Any]  # a SeamScore as a dict
+    before: np.ndarray  # the last frame before the seam
+    after: np.ndarray  # the first frame after its transition
+
+
+def thumbnails(first: np.ndarray, last: np.ndarray) -> bytes:
+    """A segment's first frame after its seam and its last written frame, shrunk to the
+    contact sheet's width and stacked in one small PNG (byte-for-byte deterministic), kept
+    with each segment so the sheet needs no decoding of the intermediates."""
+    out = io.BytesIO()
+    stacked = np.concatenate([np.asarray(_thumb(first)), np.asarray(_thumb(last))])
+    Image.fromarray(stacked).save(out, format="PNG")
+    return out.getvalue()
+
+
+def read_thumbnails(data: bytes) -> dict[str, np.ndarray]:
+    stacked = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
+    half = stacked.shape[0] // 2
+    return {"first": stacked[:half], "last": stacked[half:]}
+
+
+def _thumb(frame: np.ndarray) -> Image.Image:
+    image = Image.fromarray(frame)
+    height = max(1, round(image.height * THUMB_WIDTH / image.width))
+    return image.resize((THUMB_WIDTH, height), Image.Resampling.BILINEAR)
+
+
+def contact_sheet(title: str, seams: Sequence[SeamPicture]) -> bytes:
+    font = ImageFont.load_default(size=14)
+    small = ImageFont.load_default(size=12)
+    thumb_h = _thumb(seams[0].before).height if seams else 0
+    row_h = thumb_h + 12
+    text_w = 330
+    width = 2 * THUMB_WIDTH + text_w + 40
+    height = 40 + max(1, len(seams)) * row_h
+    sheet = Image.new("RGB", (width, height), PAPER)
+    draw = ImageDraw.Draw(sheet)
+    draw.text((10, 10), title, fill=INK, font=font)
+    if not seams:
+        draw.text((10, 44), "one segment: no seams", fill=INK, font=small)
+    for i, picture in enumerate(seams):
+        top = 40 + i * row_h
+        data = picture.seam
+        colour = PASS if data["passed"] else FAIL
+        draw.rectangle((6, top - 4, 14 + 2 * THUMB_WIDTH + 8, top + thumb_h + 4), fill=colour)
+        sheet.paste(_thumb(picture.before), (10, top))
+        sheet.paste(_thumb(picture.after), (18 + THUMB_WIDTH, top))
+        x = 34 + 2 * THUMB_WIDTH
+        lines = [
+            f"seam {data['seam']} at {data['seconds']:.2f} s"
+            + ("  (new scene)" if data.get("scene_change") else ""),
+            f"jump {data['jump']:.2f}   dE {data['delta_e']:.1f}   dL {data['delta_l']:.1f}",
+            f"SSIM {data['ssim']:.3f} (drop {data['ssim_drop']:.3f})",
+            ("passed" if data["passed"] else "FAILED: " + "; ".join(data.get("failures", [])))
+            + (f"  after {data['regenerations']} new seed(s)" if data.get("regenerations") else ""),
+        ]
+        for j, line in enumerate(lines):
+            fill = colour if j == 3 else INK
+            draw.text((x, top + 4 + j * 18), line[:60], fill=fill, font=small)
+    out = io.BytesIO()
+    sheet.save(out, format="PNG")
+    return out.getvalue()
+
+
+def quality_plot(
+    title: str,
+    fps: float,
+    renditions: dict[str, dict[str, list[float]]],
+    seams: Sequence[dict[str, Any]],
+    limits: dict[str, float],
+    defects: dict[str, list[list[float]]] | None = None,
+) -> bytes:
+    """Per-frame VMAF, PSNR-Y and SSIM of each rendition, and the seam jump scores, in time;
+    black and frozen runs that fail the gate are shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(4, 1, figsize=(11, 10), sharex=True, constrained_layout=True)
+    panels = (
+        ("vmaf", "VMAF", limits.get("min_vmaf")),
+        ("psnr_y", "PSNR-Y (dB)", limits.get("min_psnr")),
+        ("ssim", "SSIM", limits.get("min_ssim")),
+    )
+    for axis, (key, label, limit) in zip(axes, panels, strict=False):
+        drawn = False
+        for name, series in renditions.items():
+            values = series.get(key) or []
+            if not values:
+                continue
+            frames = series.get("frame") or list(range(len(values)))
+            seconds = [f / fps for f in frames]
+            axis.plot(seconds, [min(v, 100.0) for v in values], label=name, linewidth=1)
+            drawn = True
+        if limit is not None and drawn:
+            axis.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"limit {limit}")
+        if not drawn:
+            axis.text(
+                0.5,
+                0.5,
+                "not measured (no reference, or unavailable)",
+                transform=axis.transAxes,
+                ha="center",
+                va="center",
+            )
+        axis.set_ylabel(label)
+        if drawn:
+            axis.legend(loc="lower left", fontsize=8)
+    seam_axis = axes[3]
+    if seams:
+        times = [s["seconds"] for s in seams]
+        jumps = [s["jump"] for s in seams]
+        colours = ["tab:green" if s["passed"] else "tab:red" for s in seams]
+        markers = ["D" if s.get("scene_change") else "o" for s in seams]
+        seam_axis.vlines(times, 0, jumps, colors=colours)
+        for t, j, c, m in zip(times, jumps, colours, markers, strict=True):
+            seam_axis.scatter([t], [j], c=[c], marker=m, zorder=3)
+        if "seam_jump" in limits:
+            seam_axis.axhline(
+                limits["seam_jump"],
+                color="red",
+                linestyle="--",
+                linewidth=1,
+                label=f"limit {limits['seam_jump']} (diamonds: new scene, x3)",
+            )
+            seam_axis.legend(loc="upper left", fontsize=8)
+    else:
+        seam_axis.text(0.5, 0.5, "no seams", transform=seam_axis.transAxes, ha="center")
+    for kind, colour in (("black", "black"), ("frozen", "tab:blue")):
+        for start, end in (defects or {}).get(kind, []):
+            for axis in axes:
+                axis.axvspan(start, max(end, start + 1 / fps), color=colour, alpha=0.15)
+    seam_axis.set_ylabel("seam jump")
+    seam_axis.set_xlabel("seconds")
+    figure.suptitle(title)
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=80)
+    plt.close(figure)
+    return out.getvalue()
