@@ -22,23 +22,11 @@ import numpy as np
 from factory.generate.attention import BACKENDS, Capabilities
 from factory.generate.base import SegmentSpec, segment_seed
 from factory.generate.diffusers_backend import SkyReelsDiffusionForcing
+from factory.generate.memory_plan import WAN_13B as RELEASED_WAN_13B
 from factory.generate.memory_plan import plan
 from factory.spec import ModelChoice
 
-WAN_13B = dict(
-    patch_size=(1, 2, 2),
-    num_attention_heads=12,
-    attention_head_dim=128,
-    in_channels=16,
-    out_channels=16,
-    text_dim=4096,
-    freq_dim=256,
-    ffn_dim=8960,
-    num_layers=30,
-    cross_attn_norm=True,
-    qk_norm="rms_norm_across_heads",
-    rope_max_seq_len=1024,
-)
+WAN_13B = dict(RELEASED_WAN_13B, patch_size=(1, 2, 2))  # Wan2.1 / SkyReels-V2 1.3B
 TINY = dict(
     patch_size=(1, 2, 2),
     num_attention_heads=2,

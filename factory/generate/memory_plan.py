@@ -21,7 +21,7 @@ GIB = 1 << 30
 
 # The released models' configs, for planning without a model directory (Wan2.1 / SkyReels-V2
 # 1.3B, Wan2.1-VACE 1.3B, LTX-Video 2B 0.9.x; text encoders umt5-xxl and t5-v1_1-xxl).
-_WAN_13B = dict(
+WAN_13B = dict(
     patch_size=[1, 2, 2],
     num_attention_heads=12,
     attention_head_dim=128,
@@ -40,14 +40,14 @@ _XXL = dict(
 )
 REFERENCE: dict[str, dict[str, Any]] = {
     "skyreels-v2-df": {
-        "transformer": ("SkyReelsV2Transformer3DModel", _WAN_13B),
+        "transformer": ("SkyReelsV2Transformer3DModel", WAN_13B),
         "vae": ("AutoencoderKLWan", {}),
         "text_encoder": ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL)),
     },
     "wan": {
         "transformer": (
             "WanVACETransformer3DModel",
-            dict(_WAN_13B, vace_layers=list(range(0, 30, 2)), vace_in_channels=96),
+            dict(WAN_13B, vace_layers=list(range(0, 30, 2)), vace_in_channels=96),
         ),
         "vae": ("AutoencoderKLWan", {}),
         "text_encoder": ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL)),
