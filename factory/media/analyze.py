@@ -269,11 +269,6 @@ def decode_errors(log: str) -> list[str]:
     return found[:20]
 
 
-def frame_count(log: str) -> int | None:
-    counts = re.findall(r"frame=\s*(\d+)", log)
-    return int(counts[-1]) if counts else None
-
-
 def black_runs(log: str) -> list[tuple[float, float]]:
     runs = re.findall(r"black_start:\s*([\d.]+)\s+black_end:\s*([\d.]+)", log)
     return [(float(a), float(b)) for a, b in runs]

@@ -97,9 +97,11 @@ class StageContext:
             from factory.generate.text_encoding import embedding_from_bytes
 
             blob = self._fresh.pop(key, None) or self.prompt_service.lookup(model, text, negative)
-            if blob is None:
-                self.prompt_service.ensure(model, [(text, negative)])
-                blob = self.prompt_service.lookup(model, text, negative)
+            if blob is None:  # not ensured yet: encode it now (kept in memory if too large)
+                result = self.prompt_service.ensure(model, [(text, negative)])
+                blob = result.encoded.get((text, negative)) or self.prompt_service.lookup(
+                    model, text, negative
+                )
             if blob is None:
                 raise PermanentError(f"prompt embedding for {text[:40]!r} could not be cached")
             embedding = generator.embedding(text, negative, embedding_from_bytes(blob))  # type: ignore[attr-defined]

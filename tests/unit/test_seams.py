@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from factory.media.analyze import black_runs, decode_errors, frame_count, frozen_runs
+from factory.media.analyze import black_runs, decode_errors, frozen_runs, input_stats
 from factory.qc.seams import scene_drift, score_seam, srgb_to_lab, ssim
 
 
@@ -82,13 +82,14 @@ def test_a_freeze_that_runs_to_the_end_lasts_to_the_end():
     assert frozen_runs(log, 10.0) == [(1.5, 2.5), (8.25, 10.0)]
 
 
-def test_black_runs_frame_count_and_decode_errors_are_read_from_the_log():
+def test_black_runs_input_stats_and_decode_errors_are_read_from_the_log():
     log = (
         "[blackdetect @ 0x2] black_start:2 black_end:3.04 black_duration:1.04\n"
-        "frame=   10 fps=0.0 q=-0.0 size=N/A\rframe=  250 fps=0.0 q=-0.0 size=N/A\n"
+        "[in#1/mov,mp4 @ 0x5]   Input stream #1:0 (video): 250 packets read (3542911 bytes); "
+        "248 frames decoded; 2 decode errors; \n"
         "[hevc @ 0x3] Invalid NAL unit size (4118 > 1302).\n"
         "[null @ 0x4] Application provided invalid, non monotonically increasing dts\n"
     )
     assert black_runs(log) == [(2.0, 3.04)]
-    assert frame_count(log) == 250
+    assert input_stats(log) == {1: (248, 2)}
     assert decode_errors(log) == ["[hevc @ 0x3] Invalid NAL unit size (4118 > 1302)."]
