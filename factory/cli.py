@@ -456,6 +456,10 @@ def _status_lines(job: Job) -> list[tuple[str, str]]:
     if job.last_error:
         e = job.last_error
         lines.append(("error", f"{e['kind']} in {e['stage']}: {e['message']}"))
+    if _waiting_after_interruption(job):
+        i = p["interrupted"]
+        at = _ago(datetime.fromisoformat(i["at"]))
+        lines.append(("interrupted", f"{i['reason']} ({at}, {i['count']} time(s) in {i['stage']})"))
     lines.append(("next", _next_step(job)))
     lines.append(("trace", job.trace_id))
     return lines
@@ -498,9 +502,20 @@ def _next_step(job: Job) -> str:
             f"`factory requeue {job.job_id}` continues at {where} keeping its progress; "
             f"add `--from STAGE` to redo from an earlier stage"
         )
+    if _waiting_after_interruption(job):
+        return (
+            "the sweeper resumes it from this stage after FACTORY_STALE_AFTER; nothing is lost. "
+            "Fix what the interruption names if it keeps coming back"
+        )
     if job.stage is Stage.QUEUED and job.claimed_by is None:
         return f"waiting for a worker; `factory cancel {job.job_id}` withdraws it"
     return f"in progress; `factory cancel {job.job_id}` stops it at its next checkpoint"
+
+
+def _waiting_after_interruption(job: Job) -> bool:
+    return (
+        bool(job.progress.get("interrupted")) and not job.claimed_by and not job.stage.is_terminal
+    )
 
 
 def _stage_text(job: Job) -> str:

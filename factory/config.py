@@ -7,6 +7,8 @@ no broker (stages run in-process), no Redis (idempotency by the database constra
 from __future__ import annotations
 
 import os
+import re
+import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,6 +16,7 @@ from pathlib import Path
 from factory.errors import ConfigError
 from factory.generate.memory import MemoryPolicy
 from factory.qc.thresholds import ENV_NAMES, QcThresholds
+from factory.store.s3_settings import MIB, S3Settings
 
 _SUPPORTED_DATABASES = ("sqlite", "postgresql")
 _SUPPORTED_STORES = ("file", "s3")
@@ -42,6 +45,12 @@ class Settings:
     embedding_cache: str = "store"
     embedding_cache_bytes: int = 4 << 30
     qc: QcThresholds = field(default_factory=QcThresholds)
+    s3: S3Settings = field(default_factory=S3Settings)
+    asset_cache_dir: Path | None = None  # None: FACTORY_HOME/assets
+    asset_cache_bytes: int = 20 << 30
+    node_name: str = "local"
+    nodes: tuple[str, ...] = ("local",)  # every node that warms assets (consistent hashing)
+    asset_replicas: int = 1
 
     @property
     def memory_policy(self) -> MemoryPolicy:
@@ -81,6 +90,13 @@ class Settings:
                 env, "FACTORY_EMBEDDING_CACHE_BYTES", 4 << 30, unit="bytes"
             ),
             qc=_qc_thresholds(env),
+            s3=_s3_settings(env, home),
+            asset_cache_dir=_path(env, "FACTORY_ASSET_CACHE_DIR") or home / "assets",
+            asset_cache_bytes=_positive_int(
+                env, "FACTORY_ASSET_CACHE_BYTES", 20 << 30, unit="bytes"
+            ),
+            asset_replicas=_positive_int(env, "FACTORY_ASSET_REPLICAS", 1, unit="nodes"),
+            **_nodes(env),
         )
         settings._check_schemes()
         return settings
@@ -180,3 +196,89 @@ def _qc_thresholds(env: Mapping[str, str]) -> QcThresholds:
             raise ConfigError(f"must be a finite number >= 0, got {raw!r}", field=name)
         values[field_name] = value
     return QcThresholds(**values)
+
+
+def _path(env: Mapping[str, str], name: str) -> Path | None:
+    raw = env.get(name) or ""
+    return Path(raw).expanduser() if raw else None
+
+
+def _existing_file(env: Mapping[str, str], name: str) -> Path | None:
+    path = _path(env, name)
+    if path is not None and not path.is_file():
+        raise ConfigError(f"{path} is not a readable file", field=name)
+    return path
+
+
+def _s3_settings(env: Mapping[str, str], home: Path) -> S3Settings:
+    endpoint = env.get("FACTORY_S3_ENDPOINT_URL") or None
+    if endpoint and not endpoint.startswith(("https://", "http://")):
+        raise ConfigError(
+            f"must be an https:// URL, got {endpoint!r}", field="FACTORY_S3_ENDPOINT_URL"
+        )
+    cert = _existing_file(env, "FACTORY_S3_CLIENT_CERT")
+    key = _existing_file(env, "FACTORY_S3_CLIENT_KEY")
+    if (cert is None) != (key is None):
+        missing = "FACTORY_S3_CLIENT_KEY" if key is None else "FACTORY_S3_CLIENT_CERT"
+        raise ConfigError("is needed too: a client certificate goes with its key", field=missing)
+    if cert is not None and endpoint and endpoint.startswith("http://"):
+        raise ConfigError(
+            "is http:// but a client certificate is set: mutual TLS needs https://",
+            field="FACTORY_S3_ENDPOINT_URL",
+        )
+    part_bytes = _positive_int(env, "FACTORY_S3_PART_BYTES", 8 * MIB, unit="bytes")
+    if part_bytes < 5 * MIB:
+        raise ConfigError(f"must be at least 5 MiB (S3's smallest part), got {part_bytes}",
+                          field="FACTORY_S3_PART_BYTES")  # fmt: skip
+    region = env.get("FACTORY_S3_REGION") or "us-east-1"
+    if not re.fullmatch(r"[a-z0-9-]{1,40}", region):
+        raise ConfigError(f"{region!r} is not a region name", field="FACTORY_S3_REGION")
+    return S3Settings(
+        endpoint_url=endpoint,
+        region=region,
+        addressing=_choice(env, "FACTORY_S3_ADDRESSING", ("path", "virtual", "auto")),
+        ca_bundle=_existing_file(env, "FACTORY_S3_CA"),
+        client_cert=cert,
+        client_key=key,
+        checksums=_choice(env, "FACTORY_S3_CHECKSUMS", ("when_supported", "when_required")),
+        multipart_bytes=_positive_int(env, "FACTORY_S3_MULTIPART_BYTES", 8 * MIB, unit="bytes"),
+        part_bytes=part_bytes,
+        part_workers=_positive_int(env, "FACTORY_S3_PART_WORKERS", 4, unit="threads"),
+        verify=_choice(env, "FACTORY_S3_VERIFY", ("etag", "download")),
+        attempts=_positive_int(env, "FACTORY_S3_ATTEMPTS", 5, unit="attempts"),
+        backoff=_positive_float(env, "FACTORY_S3_BACKOFF", 1.0),
+        scratch=home / "tmp",
+    )
+
+
+def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"must be a number of seconds, got {raw!r}", field=name) from None
+    if not 0 < value < float("inf"):
+        raise ConfigError(f"must be > 0, got {raw!r}", field=name)
+    return value
+
+
+_NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+
+
+def _nodes(env: Mapping[str, str]) -> dict[str, object]:
+    node = env.get("FACTORY_NODE_NAME") or socket.gethostname().split(".")[0] or "local"
+    if not _NODE.match(node):
+        raise ConfigError(f"{node!r} must be of A-Z a-z 0-9 . _ -", field="FACTORY_NODE_NAME")
+    raw = env.get("FACTORY_NODES") or ""
+    nodes = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip())) or (node,)
+    for name in nodes:
+        if not _NODE.match(name):
+            raise ConfigError(f"{name!r} must be of A-Z a-z 0-9 . _ -", field="FACTORY_NODES")
+    if node not in nodes:
+        raise ConfigError(
+            f"does not list this node ({node}, FACTORY_NODE_NAME): {', '.join(nodes)}",
+            field="FACTORY_NODES",
+        )
+    return {"node_name": node, "nodes": nodes}

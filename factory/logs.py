@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+from factory.redact import RedactingFilter
+
 trace_id: contextvars.ContextVar[str] = contextvars.ContextVar("trace_id", default="-")
 job_id: contextvars.ContextVar[str] = contextvars.ContextVar("job_id", default="-")
 
@@ -52,7 +54,7 @@ class JsonFormatter(logging.Formatter):
         }
         data.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
         if record.exc_info:
-            data["error"] = self.formatException(record.exc_info)
+            data["error"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(data, default=str)
 
 
@@ -62,6 +64,7 @@ TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [job=%(job_id)s trace=%(trace_
 def configure(fmt: str = "text", level: int = logging.INFO) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_ContextFilter())
+    handler.addFilter(RedactingFilter())
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]

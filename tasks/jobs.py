@@ -74,6 +74,7 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
         log.info("segment.stopped", extra={"job_id": job_id, "reason": exc.reason})
     except INTERRUPTIONS as exc:
         log.warning("segment.interrupted", extra={"job_id": job_id, "error": str(exc)})
+        _interrupt(job_id, job.attempt, exc)
     except PermanentError as exc:
         _fail(job_id, job.attempt, exc)
     except Exception as exc:
@@ -105,6 +106,7 @@ def cpu_stage(self, job_id: str, stage_name: str) -> None:
     except INTERRUPTIONS as exc:
         self.request.chain = None
         log.warning("stage.interrupted", extra={"job_id": job_id, "error": str(exc)})
+        _interrupt(job_id, job.attempt, exc)
     except PermanentError as exc:
         self.request.chain = None
         _fail(job_id, job.attempt, exc)
@@ -151,6 +153,17 @@ def _own_queue_alive(rt: Runtime) -> bool:
     if not rt.own_queue:
         return False
     return bool(rt.broker.exists(ALIVE_PREFIX + rt.own_queue))
+
+
+def _interrupt(job_id: str, attempt: int, exc: Exception) -> None:
+    """Hand the job back with the reason; the sweeper resumes it. If the database is what
+    is down, the job is left claimed and the sweeper recovers it all the same."""
+    try:
+        runtime().machine.interrupt(job_id, attempt=attempt, reason=str(exc) or type(exc).__name__)
+    except StaleAttempt:
+        pass
+    except Exception as problem:
+        log.warning("job.interrupt_not_recorded", extra={"job_id": job_id, "error": str(problem)})
 
 
 def _fail(job_id: str, attempt: int, exc: Exception, internal: bool = False) -> None:

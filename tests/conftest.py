@@ -144,3 +144,22 @@ def run_cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess
         timeout=timeout,
         cwd=REPO,
     )
+
+
+@pytest.fixture(scope="session")
+def s3_stand(tmp_path_factory) -> Iterator:
+    """moto's S3 server behind nginx with client-certificate verification (tests/s3stand.py)."""
+    from factory import redact
+    from tests.s3stand import ACCESS_KEY, SECRET_KEY, S3Stand
+
+    os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+                      AWS_DEFAULT_REGION="us-east-1")  # fmt: skip
+    redact.register_environment()
+    stand = S3Stand(tmp_path_factory.mktemp("s3stand"))
+    try:
+        stand.start()
+    except Exception:
+        stand.stop()
+        raise
+    yield stand
+    stand.stop()

@@ -25,6 +25,7 @@ from factory.db.models import batches, job_events, jobs, utcnow
 from factory.db.session import Database
 from factory.errors import IllegalTransition, InvalidOperation, NoSuchJob, StaleAttempt
 from factory.plan import segment_count
+from factory.redact import redact, redact_value
 from factory.spec import VideoSpec
 from factory.stages import (
     ACTIVE,
@@ -284,6 +285,7 @@ class JobStateMachine:
             if not is_legal(job.stage, Stage.FAILED):
                 raise IllegalTransition(job_id, job.stage.value, Stage.FAILED.value)
             now = self.clock()
+            message = redact(message)
             error = {
                 "stage": job.stage.value,
                 "kind": kind,
@@ -325,6 +327,36 @@ class JobStateMachine:
                         {"reason": reason, "worker": job.claimed_by})  # fmt: skip
             return self._read(conn, job_id)
 
+    def interrupt(self, job_id: str, *, attempt: int, reason: str) -> Job:
+        """The holder stops on an infrastructure fault (a store or gateway down): the job keeps
+        its stage and progress, no one holds it, and the sweeper resumes it after
+        FACTORY_STALE_AFTER. Unlike a crash this does not count toward FACTORY_MAX_RECOVERIES,
+        so an outage delays the job and loses nothing. `progress.interrupted` says why."""
+        with self.database.transaction() as conn:
+            job = self._held(conn, job_id, attempt)
+            now = self.clock()
+            reason = redact(reason)[:1000]
+            before = job.progress.get("interrupted") or {}
+            count = before.get("count", 0) + 1 if before.get("stage") == job.stage.value else 1
+            progress = {
+                **job.progress,
+                "interrupted": {
+                    "stage": job.stage.value,
+                    "reason": reason,
+                    "at": now.isoformat(),
+                    "count": count,
+                },
+            }
+            self._fenced_update(
+                conn, job_id, attempt,
+                {"claimed_by": None, "heartbeat_at": None, "updated_at": now,
+                 "progress": progress},
+                expected_stage=job.stage,
+            )  # fmt: skip
+            self._event(conn, job_id, job.stage, "interrupted", attempt, job.trace_id,
+                        {"reason": reason, "worker": job.claimed_by, "count": count})  # fmt: skip
+            return self._read(conn, job_id)
+
     def claim_stale(
         self,
         *,
@@ -358,18 +390,20 @@ class JobStateMachine:
                 if job.job_id in waiting:
                     continue
                 quiet = round((now - (job.heartbeat_at or job.updated_at)).total_seconds())
-                if job.recoveries >= max_recoveries:
+                crashed = job.claimed_by is not None  # released or interrupted jobs did not
+                if crashed and job.recoveries >= max_recoveries:
                     failed.append(self._fail_stale(conn, job, now, quiet, max_recoveries))
                     continue
+                recoveries = job.recoveries + (1 if crashed else 0)
                 conn.execute(
                     update(jobs)
                     .where(jobs.c.job_id == job.job_id, jobs.c.attempt == job.attempt)
-                    .values(attempt=job.attempt + 1, recoveries=job.recoveries + 1,
+                    .values(attempt=job.attempt + 1, recoveries=recoveries,
                             claimed_by=worker, heartbeat_at=now, updated_at=now)
                 )  # fmt: skip
                 self._event(conn, job.job_id, job.stage, "recovered", job.attempt + 1,
                             job.trace_id, {"silent_seconds": quiet, "worker": job.claimed_by,
-                                           "recovery": job.recoveries + 1})  # fmt: skip
+                                           "recovery": recoveries})  # fmt: skip
                 claimed.append(self._read(conn, job.job_id))
         return claimed, failed
 
@@ -545,7 +579,7 @@ class JobStateMachine:
                 stage=stage.value,
                 event=event,
                 attempt=attempt,
-                detail=detail,
+                detail=redact_value(detail),
                 trace_id=trace_id,
             )
         )
@@ -567,7 +601,8 @@ def _with_timing(progress: dict[str, Any], leaving: Stage, entering: Stage, now:
         timings[leaving.value] = left
     if not entering.is_terminal:
         timings[entering.value] = {"started_at": now.isoformat()}
-    return {**progress, "timings": timings}
+    kept = {k: v for k, v in progress.items() if k != "interrupted"}  # resolved by moving on
+    return {**kept, "timings": timings}
 
 
 def _insert_for(conn: Connection) -> Callable[..., Any]:

@@ -16,6 +16,7 @@ from factory.pipeline.prompts import EnsureResult, PromptService, open_embedding
 from factory.qc.thresholds import QcThresholds
 from factory.spec import DIFFUSERS_FAMILIES, ModelChoice, VideoSpec
 from factory.store import open_store
+from factory.store.assets import AssetCache, open_asset_cache
 from factory.store.base import Store
 
 CHUNK_SECONDS = 10.0  # encode this much video per chunk, as soon as its segments exist
@@ -32,6 +33,7 @@ class StageContext:
     attention_override: str | None = None  # FACTORY_ATTENTION_BACKEND
     memory_policy: MemoryPolicy = field(default_factory=MemoryPolicy)
     prompt_service: PromptService | None = None  # the embedding cache (diffusers families)
+    assets: AssetCache | None = None  # audio beds and other referenced files, node-local
     qc: QcThresholds = field(default_factory=QcThresholds)  # seam limits, regenerations
     on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk
     _generators: dict[ModelChoice, Generator] = field(default_factory=dict)
@@ -43,7 +45,7 @@ class StageContext:
     def from_settings(
         cls, settings: Settings, machine: JobStateMachine, database: Database, **overrides: Any
     ) -> StageContext:
-        store = open_store(settings.store_url)
+        store = open_store(settings.store_url, settings.s3)
         cache = open_embedding_cache(settings, database, store)
         values: dict[str, Any] = dict(
             machine=machine,
@@ -54,6 +56,7 @@ class StageContext:
             memory_policy=settings.memory_policy,
             qc=settings.qc,
             prompt_service=PromptService(cache, settings.text_encoder_device) if cache else None,
+            assets=open_asset_cache(settings, store),
         )
         values.update(overrides)
         return cls(**values)

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from urllib.parse import unquote, urlparse
 
 from factory.db.state import Job
 from factory.errors import PermanentError
@@ -51,23 +50,11 @@ def run_mux(ctx: StageContext, job: Job) -> Job:
 
 @contextmanager
 def _asset_path(ctx: StageContext, audio: AudioChoice | None) -> Iterator[Path | None]:
+    """The audio bed through the node's asset cache (fetched once, checked by sha256)."""
     if audio is None:
         yield None
         return
-    asset = audio.asset
-    if asset.startswith("file://"):
-        path = Path(unquote(urlparse(asset).path))
-        if not path.is_file():
-            raise PermanentError(f"audio asset {asset} does not exist")
+    if ctx.assets is None:
+        raise PermanentError("no asset cache configured for this worker")
+    with ctx.assets.local_path(audio.asset) as path:
         yield path
-    elif "://" in asset:
-        raise PermanentError(f"audio asset {asset}: only file:// URLs and store keys work here")
-    else:
-        try:
-            with ctx.store.local_path(asset) as path:
-                yield path
-        except FileNotFoundError:
-            raise PermanentError(
-                f"audio asset {asset!r} is not in the store; add it with "
-                f"`factory store put FILE {asset}` and requeue the job"
-            ) from None

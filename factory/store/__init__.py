@@ -1,16 +1,26 @@
-"""Object storage: keys, the `file://` store (embedded) and, later, `s3://` over mutual TLS."""
+"""Object storage: keys, the `file://` store (embedded), the `s3://` store (boto3, mutual TLS)
+and the local asset cache."""
 
 from __future__ import annotations
 
 from factory.errors import ConfigError
-from factory.store.base import Store
+from factory.store.base import ObjectInfo, Store
 from factory.store.file import FileStore
+from factory.store.s3_settings import S3Settings
+
+__all__ = ["FileStore", "ObjectInfo", "S3Settings", "Store", "open_store"]
 
 
-def open_store(url: str) -> Store:
+def open_store(url: str, s3: S3Settings | None = None) -> Store:
+    """The store at URL: `file:///path` or `s3://bucket/prefix` (reached with `s3`)."""
     if url.startswith("file://"):
         return FileStore.from_url(url)
+    if url.startswith("s3://"):
+        from factory.store.s3 import S3Store  # boto3 is imported only where S3 is used
+
+        return S3Store(url, s3 or S3Settings())
     scheme = url.split("://", 1)[0]
     raise ConfigError(
-        f"the {scheme}:// store is not available in this build", field="FACTORY_STORE_URL"
+        f"the {scheme}:// store is not supported; use file:///path or s3://bucket/prefix",
+        field="FACTORY_STORE_URL",
     )

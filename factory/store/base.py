@@ -5,12 +5,20 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from factory.errors import BadInput
 
 _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    size: int
+    sha256: str | None  # recorded at upload (s3) or computed (file); None if unknown
+    etag: str = ""
 
 
 class Store(Protocol):
@@ -21,6 +29,8 @@ class Store(Protocol):
     def put_bytes(self, key: str, data: bytes) -> None: ...
 
     def exists(self, key: str) -> bool: ...
+
+    def stat(self, key: str) -> ObjectInfo | None: ...  # None when absent
 
     def local_path(self, key: str) -> AbstractContextManager[Path]: ...
 

@@ -4,6 +4,7 @@ key, and again on the resolved path, which also defeats symlinks pointing out)."
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from factory.errors import BadInput
-from factory.store.base import check_key
+from factory.store.base import ObjectInfo, check_key
 
 
 class FileStore:
@@ -58,6 +59,16 @@ class FileStore:
 
     def exists(self, key: str) -> bool:
         return self.path(key).is_file()
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        path = self.path(key)
+        if not path.is_file():
+            return None
+        digest = hashlib.sha256()
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                digest.update(chunk)
+        return ObjectInfo(path.stat().st_size, digest.hexdigest())
 
     @contextmanager
     def local_path(self, key: str) -> Iterator[Path]:

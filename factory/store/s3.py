@@ -1,0 +1,480 @@
+"""The `s3://bucket/prefix` store: boto3 to MinIO or any S3 store, usually through a gateway
+that requires a client certificate (docker/nginx-mtls.conf).
+
+- Every object carries the sha256 of its content as metadata (`x-amz-meta-sha256`); a put
+  whose sha256 is already there is skipped, so re-delivery is a no-op.
+- Nothing partial is ever visible under a final key: a single PUT appears whole or not at
+  all, and a multipart upload appears only when completed, after every part's ETag (the
+  server's MD5 of what it received) matched ours. After the upload the object's ETag, size
+  and sha256 are checked again (or, with `verify=download`, the object is read back).
+- Connection errors and 5xx are retried here with backoff, then surface as RetryableError
+  (the job waits in its stage and resumes); certificate and TLS failures, refused credentials
+  and missing buckets are PermanentError with a message that says what to check.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import os
+import random
+import re
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlparse
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    HTTPClientError,
+    NoCredentialsError,
+    SSLError,
+)
+from botocore.exceptions import (
+    ConnectionError as BotoConnectionError,
+)
+
+from factory.errors import BadInput, PermanentError, RetryableError
+from factory.store.base import ObjectInfo, check_key
+from factory.store.s3_settings import S3Settings
+
+log = logging.getLogger("factory.store.s3")
+T = TypeVar("T")
+
+_READ_CHUNK = 1 << 20
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+_ETAG = re.compile(r'^"?([0-9a-f]{32})(-\d+)?"?$')
+_RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable",
+                    "RequestTimeTooSkewed", "503", "502", "504", "500"}  # fmt: skip
+_CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied",
+                     "InvalidToken", "ExpiredToken"}  # fmt: skip
+_HANDSHAKE_REJECTIONS = ("certificate required", "unknown ca", "bad certificate",
+                         "certificate expired", "certificate unknown", "access denied",
+                         "certificate revoked", "handshake failure")  # fmt: skip
+
+
+class NotFound(Exception):
+    pass
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """`s3://bucket/some/prefix` -> ("bucket", "some/prefix")."""
+    parsed = urlparse(url)
+    bucket, prefix = parsed.netloc, parsed.path.strip("/")
+    if parsed.scheme != "s3" or not _BUCKET.match(bucket):
+        raise BadInput(
+            f"{url!r} is not s3://BUCKET[/PREFIX] with a valid bucket name",
+            field="FACTORY_STORE_URL",
+        )
+    if prefix:
+        check_key(prefix)
+    return bucket, prefix
+
+
+def make_client(settings: S3Settings) -> Any:
+    config = Config(
+        signature_version="s3v4",
+        region_name=settings.region,
+        s3={"addressing_style": settings.addressing},
+        client_cert=(str(settings.client_cert), str(settings.client_key))
+        if settings.client_cert
+        else None,
+        retries={"total_max_attempts": 1, "mode": "standard"},  # retried here, by kind
+        connect_timeout=5,
+        read_timeout=120,
+        max_pool_connections=max(10, settings.part_workers * 2),
+        request_checksum_calculation=settings.checksums,
+        response_checksum_validation=settings.checksums,
+    )
+    verify: str | bool = str(settings.ca_bundle) if settings.ca_bundle else True
+    return boto3.session.Session().client(
+        "s3", endpoint_url=settings.endpoint_url, verify=verify, config=config
+    )
+
+
+class S3Store:
+    def __init__(self, url: str, settings: S3Settings, client: Any | None = None) -> None:
+        self.bucket, self.prefix = split_url(url)
+        self.url = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
+        self.settings = settings
+        self.client = client if client is not None else make_client(settings)
+
+    # --- the Store interface -------------------------------------------------------------
+
+    def put_file(self, key: str, source: Path, *, move: bool = False) -> None:
+        name = self._name(key)
+        size = source.stat().st_size
+        sha256 = _file_sha256(source)
+        if self._has(name, sha256, size):
+            log.info("store.put.skipped", extra={"key": name, "reason": "same sha256 there"})
+        elif size >= self.settings.multipart_bytes:
+            self._put_multipart(name, source, size, sha256)
+        else:
+            self._put_single(name, source.read_bytes(), sha256)
+        if move:
+            source.unlink(missing_ok=True)
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        name = self._name(key)
+        sha256 = hashlib.sha256(data).hexdigest()
+        if not self._has(name, sha256, len(data)):
+            self._put_single(name, data, sha256)
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._head(self._name(key))
+        except NotFound:
+            return False
+        return True
+
+    def stat(self, key: str) -> ObjectInfo | None:
+        try:
+            head = self._head(self._name(key))
+        except NotFound:
+            return None
+        return _info(head)
+
+    @contextmanager
+    def local_path(self, key: str) -> Iterator[Path]:
+        """A downloaded copy, checked against the sha256 recorded at upload; removed after."""
+        scratch = self.settings.scratch or Path(tempfile.gettempdir())
+        scratch.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(dir=scratch, prefix=".s3-", suffix=Path(key).suffix)
+        os.close(fd)
+        path = Path(name)
+        try:
+            self.download(key, path)
+            yield path
+        finally:
+            path.unlink(missing_ok=True)
+
+    def download(self, key: str, target: Path) -> ObjectInfo:
+        name = self._name(key)
+
+        def fetch() -> ObjectInfo:
+            try:
+                response = self.client.get_object(Bucket=self.bucket, Key=name)
+            except ClientError as exc:
+                if _status(exc) == 404:
+                    raise FileNotFoundError(f"{self.url_for(key)} does not exist") from None
+                raise
+            digest = hashlib.sha256()
+            with open(target, "wb") as out:
+                for chunk in response["Body"].iter_chunks(_READ_CHUNK):
+                    digest.update(chunk)
+                    out.write(chunk)
+            info = _info(response)
+            if info.sha256 and digest.hexdigest() != info.sha256:
+                raise _Corrupt(f"{self.url_for(key)}: downloaded bytes do not match its sha256")
+            return ObjectInfo(info.size, digest.hexdigest(), info.etag)
+
+        return self._call(f"get {self.url_for(key)}", fetch)
+
+    def delete(self, key: str) -> None:
+        name = self._name(key)
+        self._call(
+            f"delete {self.url_for(key)}",
+            lambda: self.client.delete_object(Bucket=self.bucket, Key=name),
+        )
+
+    def url_for(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._name(key)}"
+
+    def list(self, prefix: str) -> Iterator[str]:
+        base = self._name(prefix.strip("/")) + "/" if prefix.strip("/") else self._root()
+        token: str | None = None
+        while True:
+            args: dict[str, Any] = {"Bucket": self.bucket, "Prefix": base}
+            if token:
+                args["ContinuationToken"] = token
+            page = self._call(
+                f"list {self.url}/{prefix}", lambda a=args: self.client.list_objects_v2(**a)
+            )
+            for item in page.get("Contents", []):
+                yield item["Key"][len(self._root()) :]
+            if not page.get("IsTruncated"):
+                return
+            token = page["NextContinuationToken"]
+
+    # --- uploads -------------------------------------------------------------------------
+
+    def _put_single(self, name: str, data: bytes, sha256: str) -> None:
+        md5 = hashlib.md5(data, usedforsecurity=False).digest()
+
+        def put() -> None:
+            self.client.put_object(
+                Bucket=self.bucket,
+                Key=name,
+                Body=data,
+                ContentMD5=base64.b64encode(md5).decode(),
+                Metadata={"sha256": sha256},
+            )
+
+        self._call(f"put s3://{self.bucket}/{name}", put)
+        self._verify(name, len(data), sha256, md5.hex(), remove_if_bad=True)
+
+    def _put_multipart(self, name: str, source: Path, size: int, sha256: str) -> None:
+        part_bytes = self.settings.part_bytes
+        offsets = list(range(0, size, part_bytes))
+        where = f"s3://{self.bucket}/{name}"
+        upload_id = self._call(
+            f"start upload {where}",
+            lambda: self.client.create_multipart_upload(
+                Bucket=self.bucket, Key=name, Metadata={"sha256": sha256}
+            )["UploadId"],
+        )
+
+        def send(number: int) -> tuple[str, bytes]:
+            with open(source, "rb") as fh:
+                fh.seek(offsets[number - 1])
+                data = fh.read(part_bytes)
+            md5 = hashlib.md5(data, usedforsecurity=False).digest()
+
+            def upload() -> str:
+                etag = self.client.upload_part(
+                    Bucket=self.bucket, Key=name, UploadId=upload_id, PartNumber=number,
+                    Body=data, ContentMD5=base64.b64encode(md5).decode(),
+                )["ETag"]  # fmt: skip
+                if _etag_md5(etag) not in (None, md5.hex()):
+                    raise _Corrupt(f"{where} part {number}: the server's MD5 differs from ours")
+                return etag
+
+            return self._call(f"upload {where} part {number}", upload), md5
+
+        try:
+            with ThreadPoolExecutor(self.settings.part_workers) as pool:
+                sent = list(pool.map(send, range(1, len(offsets) + 1)))
+            parts = [{"PartNumber": n, "ETag": etag} for n, (etag, _) in enumerate(sent, 1)]
+            self._call(
+                f"complete upload {where}",
+                lambda: self.client.complete_multipart_upload(
+                    Bucket=self.bucket, Key=name, UploadId=upload_id,
+                    MultipartUpload={"Parts": parts},
+                ),
+            )  # fmt: skip
+        except BaseException:
+            # Best effort: an upload left open (the gateway is down) is invisible and is
+            # cleared by the bucket's AbortIncompleteMultipartUpload rule (docs/storage.md).
+            with suppress(Exception):
+                self.client.abort_multipart_upload(Bucket=self.bucket, Key=name, UploadId=upload_id)
+            raise
+        combined = hashlib.md5(b"".join(md5 for _, md5 in sent), usedforsecurity=False)
+        self._verify(name, size, sha256, f"{combined.hexdigest()}-{len(sent)}", remove_if_bad=True)
+
+    def _verify(self, name: str, size: int, sha256: str, etag: str, *, remove_if_bad: bool) -> None:
+        """The object under its final key is the one we sent, or it is removed (and retried by
+        the caller's stage): by ETag and size, or by reading it back (verify=download)."""
+        head = self._head(name)
+        info = _info(head)
+        problem = None
+        if info.size != size or info.sha256 != sha256:
+            problem = f"size {info.size} / sha256 {info.sha256} where {size} / {sha256} was sent"
+        elif self.settings.verify == "download":
+            digest = self._call(f"read back s3://{self.bucket}/{name}", lambda: _remote_sha(
+                self.client, self.bucket, name))  # fmt: skip
+            if digest != sha256:
+                problem = f"read back sha256 {digest}, sent {sha256}"
+        elif _ETAG.match(info.etag.strip()) and info.etag.strip('"') != etag:
+            problem = f"ETag {info.etag} where {etag} was expected"
+        if problem:
+            if remove_if_bad:
+                with suppress(Exception):
+                    self.client.delete_object(Bucket=self.bucket, Key=name)
+            raise RetryableError(f"s3://{self.bucket}/{name} failed verification: {problem}")
+
+    # --- requests, by kind of failure ----------------------------------------------------
+
+    def _has(self, name: str, sha256: str, size: int) -> bool:
+        try:
+            info = _info(self._head(name))
+        except NotFound:
+            return False
+        return info.sha256 == sha256 and info.size == size
+
+    def _head(self, name: str) -> dict[str, Any]:
+        def head() -> dict[str, Any]:
+            try:
+                return self.client.head_object(Bucket=self.bucket, Key=name)
+            except ClientError as exc:
+                if _status(exc) == 404 and _code(exc) in ("404", "NoSuchKey", "NotFound"):
+                    raise NotFound(name) from None
+                raise
+
+        return self._call(f"head s3://{self.bucket}/{name}", head)
+
+    def _call(self, what: str, request: Callable[[], T]) -> T:
+        attempts = self.settings.attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                return request()
+            except (NotFound, FileNotFoundError, PermanentError, BadInput):
+                raise
+            except Exception as exc:
+                reason = self._classify(exc)  # raises PermanentError for what retries can't fix
+                if attempt == attempts:
+                    raise RetryableError(
+                        f"{what}: {reason} (gave up after {attempts} attempts; the job waits "
+                        "in its stage and resumes)"
+                    ) from None
+                pause = min(30.0, self.settings.backoff * 2 ** (attempt - 1))
+                pause *= random.uniform(0.8, 1.2)
+                log.warning(
+                    "store.retry",
+                    extra={"request": what, "attempt": attempt, "error": reason,
+                           "pause_s": round(pause, 2)},
+                )  # fmt: skip
+                time.sleep(pause)
+        raise AssertionError("unreachable")
+
+    def _classify(self, exc: Exception) -> str:
+        """A short reason for a retryable failure; raises PermanentError for the rest."""
+        check = self.settings.describe()
+        if isinstance(exc, _Corrupt):
+            return str(exc)
+        if isinstance(exc, SSLError):
+            text = str(exc)
+            lowered = text.lower()
+            if "certificate_verify_failed" in lowered or "certificate verify failed" in lowered:
+                raise PermanentError(
+                    "TLS: the S3 endpoint's certificate is not trusted: check FACTORY_S3_CA "
+                    "and that the gateway's certificate names the host of "
+                    f"FACTORY_S3_ENDPOINT_URL ({check})"
+                ) from None
+            if "key_values_mismatch" in lowered or "key values mismatch" in lowered:
+                raise PermanentError(
+                    f"TLS: FACTORY_S3_CLIENT_KEY is not the key of FACTORY_S3_CLIENT_CERT ({check})"
+                ) from None
+            if any(alert in lowered for alert in _HANDSHAKE_REJECTIONS):
+                raise PermanentError(
+                    f"TLS: the gateway refused the handshake ({_tail(text)}): check that "
+                    f"FACTORY_S3_CLIENT_CERT is valid now and issued by a CA the gateway "
+                    f"trusts ({check})"
+                ) from None
+            if "no such file" in lowered or "pem lib" in lowered:
+                raise PermanentError(
+                    f"TLS: the client certificate or key cannot be loaded ({check})"
+                ) from None
+            return f"TLS connection broke ({_tail(text)})"
+        if isinstance(exc, NoCredentialsError):
+            raise PermanentError(
+                "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
+                "AWS_PROFILE) for the workers"
+            ) from None
+        if isinstance(exc, (BotoConnectionError, HTTPClientError)):
+            return f"cannot reach the S3 endpoint ({_tail(str(exc))}; {check})"
+        if isinstance(exc, ClientError):
+            status, code = _status(exc), _code(exc)
+            message = exc.response.get("Error", {}).get("Message", "")
+            verdict = _header(exc, "x-client-verify")
+            if code == "ClientCertificateRejected" or verdict:
+                verdict = verdict or message.rsplit(": ", 1)[-1]
+                raise PermanentError(
+                    f"the gateway rejected the client certificate ({verdict}): "
+                    f"{_certificate_advice(verdict)} ({check})"
+                ) from None
+            if status == 400 and code == "400":
+                raise PermanentError(
+                    "the endpoint answered HTTP 400 with no S3 error, as a gateway does when it "
+                    "rejects the client certificate: check FACTORY_S3_CLIENT_CERT and "
+                    f"FACTORY_S3_CLIENT_KEY ({check})"
+                ) from None
+            if code in _CREDENTIAL_CODES or (status == 403 and code == "403"):
+                raise PermanentError(
+                    f"S3 refused the credentials ({code}): check AWS_ACCESS_KEY_ID / "
+                    f"AWS_SECRET_ACCESS_KEY and the bucket policy for {self.url}"
+                ) from None
+            if code == "NoSuchBucket":
+                raise PermanentError(
+                    f"bucket {self.bucket!r} does not exist at {check}; create it first"
+                ) from None
+            if status >= 500 or code in _RETRYABLE_CODES:
+                return f"S3 answered {status} {code}"
+            raise PermanentError(f"S3 answered {status} {code}: {message}") from None
+        if isinstance(exc, BotoCoreError):
+            raise PermanentError(f"S3 client error: {_tail(str(exc))} ({check})") from None
+        raise exc
+
+    def _name(self, key: str) -> str:
+        check_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _root(self) -> str:
+        return f"{self.prefix}/" if self.prefix else ""
+
+
+class _Corrupt(Exception):
+    """Bytes that arrived differently from how they left: worth another attempt."""
+
+
+def _info(response: dict[str, Any]) -> ObjectInfo:
+    metadata = {k.lower(): v for k, v in (response.get("Metadata") or {}).items()}
+    return ObjectInfo(
+        size=int(response.get("ContentLength", 0)),
+        sha256=metadata.get("sha256"),
+        etag=str(response.get("ETag", "")),
+    )
+
+
+def _remote_sha(client: Any, bucket: str, name: str) -> str:
+    digest = hashlib.sha256()
+    body = client.get_object(Bucket=bucket, Key=name)["Body"]
+    for chunk in body.iter_chunks(_READ_CHUNK):
+        digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_READ_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _etag_md5(etag: str) -> str | None:
+    match = _ETAG.match(etag.strip())
+    return match.group(1) if match and not match.group(2) else None
+
+
+def _status(exc: ClientError) -> int:
+    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+def _header(exc: ClientError, name: str) -> str:
+    headers = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}) or {}
+    return str(headers.get(name, ""))
+
+
+def _certificate_advice(verdict: str) -> str:
+    lowered = verdict.lower()
+    if verdict == "NONE":
+        return (
+            "no client certificate was sent: set FACTORY_S3_CLIENT_CERT and FACTORY_S3_CLIENT_KEY"
+        )
+    if "expired" in lowered:
+        return "FACTORY_S3_CLIENT_CERT has expired: issue a new one (scripts/make-certs client)"
+    if "not yet valid" in lowered:
+        return (
+            "FACTORY_S3_CLIENT_CERT is not valid yet: check this node's clock and the "
+            "certificate's start date"
+        )
+    return (
+        "FACTORY_S3_CLIENT_CERT is not issued by a CA the gateway trusts, or was sent "
+        "without its intermediate CA (append the intermediate to the certificate file)"
+    )
+
+
+def _tail(text: str) -> str:
+    return text.strip().splitlines()[-1][-200:] if text.strip() else "no detail"
