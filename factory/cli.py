@@ -31,7 +31,7 @@ from factory.pipeline.context import StageContext
 from factory.pipeline.runner import run_job
 from factory.runview import RunDisplay, summary_table
 from factory.stages import REQUEUE_TARGETS, Stage
-from factory.store import open_store
+from factory.store import S3Settings, open_store
 from factory.submit import submit as submit_manifest
 
 try:  # typer >= 0.2x carries its own copy of click
@@ -213,13 +213,18 @@ store_app = typer.Typer(
 app.add_typer(store_app, name="store")
 
 
+def _store_target() -> tuple[str, S3Settings]:
+    settings = Settings.from_env()
+    return settings.store_url, settings.s3
+
+
 @store_app.command("put")
 def store_put(
     source: Path = typer.Argument(..., exists=True, dir_okay=False, help="Local file."),
     key: str = typer.Argument(..., help="Key in the store, e.g. beds/harbor.flac."),
 ) -> None:
     """Copy a local file (an audio bed, say) into the store under KEY."""
-    store = open_store(Settings.from_env().store_url)
+    store = open_store(*_store_target())
     store.put_file(key, source)
     out.print(store.url_for(key))
 
@@ -227,7 +232,7 @@ def store_put(
 @store_app.command("ls")
 def store_ls(prefix: str = typer.Argument("", help="Key prefix, e.g. nightly/harbor.")) -> None:
     """List the keys under PREFIX."""
-    for key in open_store(Settings.from_env().store_url).list(prefix):
+    for key in open_store(*_store_target()).list(prefix):
         out.print(key)
 
 

@@ -1,4 +1,5 @@
-"""CLI commands for GPU generation: `factory preload` (prompt embeddings ahead of the batch),
+"""CLI commands for GPU generation: `factory preload` (assets and prompt embeddings ahead of
+the batch),
 `factory gpu plan` (memory per component, from the model config) and `factory gpu report`
 (what segments really used)."""
 
@@ -40,60 +41,138 @@ def gib(value: int | None) -> str:
 
 
 def preload(
-    manifest: Path = typer.Argument(..., help="Manifest file whose prompts to encode."),
+    manifest: Path = typer.Argument(..., help="Manifest whose assets and prompts to warm."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of text."),
+    all_assets: bool = typer.Option(
+        False, "--all", help="Warm every asset here, not only this node's share of the ring."
+    ),
 ) -> None:
-    """Encode a manifest's prompts with the text encoder alone, into the shared embedding cache,
-    so GPU workers load only the transformer and the VAE."""
-    from factory.pipeline.prompts import EnsureResult, PromptService, open_embedding_cache
+    """Warm a batch before it starts: the assets it references (audio beds) into this node's
+    asset cache, this node's share by consistent hashing over FACTORY_NODES, and the prompt
+    embeddings into the shared cache, so GPU workers load only the transformer and the VAE.
+    Run it on every node (scripts/nightly.sh does, before submitting)."""
     from factory.store import open_store
+    from factory.store.assets import node_ring, open_asset_cache
 
     parsed = load_manifest(manifest)
     factory = Factory.open(Settings.from_env())
     settings = factory.settings
-    cache = open_embedding_cache(settings, factory.database, open_store(settings.store_url))
-    wanted: dict[ModelChoice, list[tuple[str, str]]] = {}
-    for video in parsed.videos:
-        if video.model.family in DIFFUSERS_FAMILIES:
-            pairs = wanted.setdefault(video.model, [])
-            pairs += [(s.prompt, video.negative_prompt) for s in video.scenes]
-    report: dict[str, Any] = {"models": [], "hits": 0, "misses": 0}
-    if cache is None:
-        raise BadInput("is off: there is nothing to preload into", field="FACTORY_EMBEDDING_CACHE")
-    service = PromptService(cache, settings.text_encoder_device)
-    total = EnsureResult()
+    store = open_store(settings.store_url, settings.s3)
+    references = list(dict.fromkeys(a for video in parsed.videos for a in video.assets))
+    assets = open_asset_cache(settings, store)
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
     )
+    report: dict[str, Any] = {"node": settings.node_name, "nodes": list(settings.nodes)}
     with Progress(*columns, console=err, disable=as_json or not err.is_terminal) as bar:
-        for model, pairs in wanted.items():
-            unique = list(dict.fromkeys(pairs))
-            task = bar.add_task(f"{model.family} prompts", total=len(unique))
-            result = service.ensure(model, unique, on_each=lambda _, t=task: bar.advance(t))
-            total.add(result)
-            report["models"].append(
-                {
-                    "model": f"{model.family}:{model.path}",
-                    "prompts": len(unique),
-                    "hits": result.hits,
-                    "misses": result.misses,
-                    "text_encoder_bytes": _text_encoder_bytes(model),
-                }
-            )
+        task = bar.add_task("assets", total=len(references))
+        outcomes: dict[str, str] = {}
+
+        def each(reference: str, outcome: str) -> None:
+            outcomes[reference] = outcome
+            bar.advance(task)
+
+        warmed = assets.warm(
+            references,
+            ring=None if all_assets else node_ring(settings),
+            node=settings.node_name,
+            replicas=settings.asset_replicas,
+            on_each=each,
+        )
+        report["assets"] = {
+            "referenced": len(references),
+            "hits": warmed.hits,
+            "misses": warmed.misses,
+            "skipped": warmed.skipped,
+            "bytes_fetched": warmed.bytes_fetched,
+            "items": [
+                {"asset": ref, "owners": warmed.owners[ref], "outcome": outcomes[ref]}
+                for ref in references
+            ],
+            "cache": assets.stats(),
+        }
+        report["embeddings"] = _warm_embeddings(factory, parsed, bar)
+    if as_json:
+        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        return
+    _print_asset_report(report)
+    _print_embedding_report(report["embeddings"])
+
+
+def _warm_embeddings(factory: Factory, parsed: Any, bar: Progress) -> dict[str, Any]:
+    from factory.pipeline.prompts import EnsureResult, PromptService, open_embedding_cache
+    from factory.store import open_store
+
+    settings = factory.settings
+    wanted: dict[ModelChoice, list[tuple[str, str]]] = {}
+    for video in parsed.videos:
+        if video.model.family in DIFFUSERS_FAMILIES:
+            pairs = wanted.setdefault(video.model, [])
+            pairs += [(s.prompt, video.negative_prompt) for s in video.scenes]
+    report: dict[str, Any] = {"models": [], "hits": 0, "misses": 0, "not_stored": 0}
+    if not wanted:
+        report["skipped"] = "no video of a diffusers family"
+        return report
+    store = open_store(settings.store_url, settings.s3)
+    cache = open_embedding_cache(settings, factory.database, store)
+    if cache is None:
+        report["skipped"] = "FACTORY_EMBEDDING_CACHE is off: GPU workers encode prompts"
+        return report
+    service = PromptService(cache, settings.text_encoder_device)
+    total = EnsureResult()
+    for model, pairs in wanted.items():
+        unique = list(dict.fromkeys(pairs))
+        task = bar.add_task(f"{model.family} prompts", total=len(unique))
+        result = service.ensure(model, unique, on_each=lambda _, t=task: bar.advance(t))
+        total.add(result)
+        report["models"].append(
+            {
+                "model": f"{model.family}:{model.path}",
+                "prompts": len(unique),
+                "hits": result.hits,
+                "misses": result.misses,
+                "text_encoder_bytes": _text_encoder_bytes(model),
+            }
+        )
     report.update(
         hits=total.hits,
         misses=total.misses,
         not_stored=total.not_stored,
         cache=cache_summary(cache.stats()),
     )
-    if as_json:
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    return report
+
+
+def _print_asset_report(report: dict[str, Any]) -> None:
+    a = report["assets"]
+    if not a["referenced"]:
+        out.print("assets: the manifest references none")
+    else:
+        elsewhere = sorted({o for item in a["items"] if item["outcome"] == "skipped"
+                            for o in item["owners"]})  # fmt: skip
+        out.print(
+            f"assets on {report['node']}: {a['referenced']} referenced, {a['hits']} already "
+            f"cached, {a['misses']} fetched ({a['bytes_fetched'] / 1e6:.1f} MB)"
+            + (f", {a['skipped']} warmed by {', '.join(elsewhere)}" if a["skipped"] else "")
+        )
+        for item in a["items"]:
+            out.print(
+                f"  {item['outcome']:<8} {item['asset']}  (nodes: {', '.join(item['owners'])})"
+            )
+    c = a["cache"]
+    out.print(
+        f"asset cache: {c['objects']} files, {c['bytes'] / 1e6:.1f} MB of "
+        f"{c['capacity'] / 1e9:.1f} GB"
+    )
+
+
+def _print_embedding_report(report: dict[str, Any]) -> None:
+    if "skipped" in report:
+        out.print(f"prompt embeddings: nothing to encode ({report['skipped']})")
         return
-    if not wanted:
-        out.print("no videos of a diffusers family: nothing to encode")
     for entry in report["models"]:
         out.print(
             f"{entry['model']}: {entry['prompts']} prompts, {entry['hits']} already cached, "
@@ -103,13 +182,13 @@ def preload(
     stats = report["cache"]
     rate = "-" if stats["hit_rate"] is None else f"{stats['hit_rate']:.0%}"
     out.print(
-        f"cache: {stats['entries']} entries, {gib(stats['bytes'])} of "
+        f"embedding cache: {stats['entries']} entries, {gib(stats['bytes'])} of "
         f"{gib(stats['capacity'])}, hit rate {rate} "
         f"({stats['hits']} hits, {stats['misses']} misses)"
     )
-    if total.not_stored:
+    if report["not_stored"]:
         err.print(
-            f"{total.not_stored} embedding(s) larger than FACTORY_EMBEDDING_CACHE_BYTES "
+            f"{report['not_stored']} embedding(s) larger than FACTORY_EMBEDDING_CACHE_BYTES "
             "were not stored"
         )
 
@@ -180,7 +259,9 @@ def gpu_report(
     factory = Factory.open(Settings.from_env())
     settings = factory.settings
     rows = gpu_rows(factory.database)
-    cache = open_embedding_cache(settings, factory.database, open_store(settings.store_url))
+    cache = open_embedding_cache(
+        settings, factory.database, open_store(settings.store_url, settings.s3)
+    )
     summary = cache_summary(cache.stats()) if cache else None
     if as_json:
         data = {"segments": [r.to_dict() for r in rows], "embedding_cache": summary}

@@ -16,7 +16,7 @@ from pathlib import Path
 from factory.errors import ConfigError
 from factory.generate.memory import MemoryPolicy
 from factory.qc.thresholds import ENV_NAMES, QcThresholds
-from factory.store.s3_settings import MIB, S3Settings
+from factory.store.s3_settings import MIB, S3Settings, split_url
 
 _SUPPORTED_DATABASES = ("sqlite", "postgresql")
 _SUPPORTED_STORES = ("file", "s3")
@@ -114,6 +114,8 @@ class Settings:
                 f"scheme {store_scheme!r} is not supported; use file:///path or s3://bucket/prefix",
                 field="FACTORY_STORE_URL",
             )
+        if store_scheme == "s3":
+            split_url(self.store_url)  # a bucket name S3 accepts, a prefix of safe parts
         if self.attention_backend not in (None, "_flash_3", "flash", "native"):
             raise ConfigError(
                 "must be _flash_3, flash or native", field="FACTORY_ATTENTION_BACKEND"

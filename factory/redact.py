@@ -31,7 +31,9 @@ _PATTERNS = (
         r"\1" + MASK,
     ),
     (
-        re.compile(r"(?i)(authorization:?\s*\"?\s*)(aws4-hmac-sha256|bearer|basic)\s+[^\"'\n]+"),
+        re.compile(
+            r"(?i)(authorization:?\s*\"?\s*)(aws4-hmac-sha256|bearer|basic)\s+[^\s\"']+(?:,\s*[^\s\"']+)*"
+        ),
         r"\1\2 " + MASK,
     ),
     (re.compile(r"\b(?:AKIA|ASIA)[A-Z0-9]{16}\b"), "AKIA" + MASK),

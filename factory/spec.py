@@ -67,6 +67,11 @@ class VideoSpec:
     def frames_total(self) -> int:
         return frames_for(self.duration, self.fps)
 
+    @property
+    def assets(self) -> tuple[str, ...]:
+        """Files the job reads from the store besides its own work: the asset cache warms them."""
+        return (self.audio.asset,) if self.audio else ()
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec_version": SPEC_VERSION,

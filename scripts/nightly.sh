@@ -16,12 +16,12 @@ factory=${FACTORY_CLI:-$here/.venv/bin/factory}
 batch="$prefix-$(date +%F)"
 exec 9>"${TMPDIR:-/tmp}/factory-nightly.lock"
 flock -w 600 9 || { echo "another nightly submission is still running" >&2; exit 1; }
-if [ "${FACTORY_EMBEDDING_CACHE:-store}" != off ]; then
-  # Prompt embeddings ahead of the batch, so GPU workers never load the text encoder. Not
-  # fatal: a worker encodes a missing prompt itself before the job's first segment.
-  echo "$(date -Is) encoding the prompts of $manifest"
-  "$factory" preload "$manifest" || echo "preload failed; workers will encode the prompts" >&2
-fi
+# This node's share of the batch's assets (audio beds) into its asset cache, and the prompt
+# embeddings, so GPU workers never load the text encoder. Not fatal: a worker fetches a
+# missing asset, or encodes a missing prompt, itself. Other nodes warm their share from
+# their own cron entry (scripts/crontab.example).
+echo "$(date -Is) warming the assets and prompts of $manifest"
+"$factory" preload "$manifest" || echo "preload failed; workers will fetch and encode on demand" >&2
 echo "$(date -Is) submitting $manifest as batch $batch"
 "$factory" submit "$manifest" --batch "$batch"
 "$factory" jobs --batch "$batch"

@@ -16,6 +16,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import boto3
 from botocore.config import Config
@@ -191,7 +192,7 @@ class S3Stand:
             **extra,
         }
 
-    def direct_client(self):  # noqa: ANN201 - a boto3 client
+    def direct_client(self) -> Any:
         """Straight to moto over http, around the gateway: what is really stored."""
         return boto3.client(
             "s3", endpoint_url=self.direct_endpoint, region_name="us-east-1",

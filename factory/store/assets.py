@@ -152,7 +152,9 @@ class AssetCache:
             with self._locked_index() as index:
                 self._evict(index, room_for=size, keep=sha256)
                 os.replace(tmp, target)
-                index["objects"][sha256] = {"size": size, "used": time.time()}
+                index["objects"][sha256] = {
+                    "size": size, "used": time.time(), "mtime_ns": target.stat().st_mtime_ns
+                }  # fmt: skip
                 index["references"][reference] = {
                     "sha256": sha256, "remote_sha256": info.sha256, "etag": info.etag,
                     "size": size,
@@ -171,16 +173,19 @@ class AssetCache:
             if entry is None:
                 return None
             path = self._object_path(entry["sha256"])
-            if not path.is_file() or path.stat().st_size != entry["size"]:
+            kept = index["objects"].get(entry["sha256"], {})
+            if not path.is_file() or (path.stat().st_size, path.stat().st_mtime_ns) != (
+                entry["size"],
+                kept.get("mtime_ns"),
+            ):  # gone, or changed in place since it was checked: fetch again
+                path.unlink(missing_ok=True)
                 index["references"].pop(reference, None)
                 index["objects"].pop(entry["sha256"], None)
                 return None
             if info is not None and not _same_content(entry, info):
                 index["references"].pop(reference, None)  # changed upstream: fetch again
                 return None
-            index["objects"].setdefault(entry["sha256"], {"size": entry["size"]})["used"] = (
-                time.time()
-            )
+            kept["used"] = time.time()
             return path
 
     def _evict(self, index: dict[str, Any], *, room_for: int, keep: str) -> None:

@@ -27,7 +27,6 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, TypeVar
-from urllib.parse import urlparse
 
 import boto3
 from botocore.config import Config
@@ -44,13 +43,12 @@ from botocore.exceptions import (
 
 from factory.errors import BadInput, PermanentError, RetryableError
 from factory.store.base import ObjectInfo, check_key
-from factory.store.s3_settings import S3Settings
+from factory.store.s3_settings import S3Settings, split_url
 
 log = logging.getLogger("factory.store.s3")
 T = TypeVar("T")
 
 _READ_CHUNK = 1 << 20
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 _ETAG = re.compile(r'^"?([0-9a-f]{32})(-\d+)?"?$')
 _RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable",
                     "RequestTimeTooSkewed", "503", "502", "504", "500"}  # fmt: skip
@@ -63,20 +61,6 @@ _HANDSHAKE_REJECTIONS = ("certificate required", "unknown ca", "bad certificate"
 
 class NotFound(Exception):
     pass
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """`s3://bucket/some/prefix` -> ("bucket", "some/prefix")."""
-    parsed = urlparse(url)
-    bucket, prefix = parsed.netloc, parsed.path.strip("/")
-    if parsed.scheme != "s3" or not _BUCKET.match(bucket):
-        raise BadInput(
-            f"{url!r} is not s3://BUCKET[/PREFIX] with a valid bucket name",
-            field="FACTORY_STORE_URL",
-        )
-    if prefix:
-        check_key(prefix)
-    return bucket, prefix
 
 
 def make_client(settings: S3Settings) -> Any:

@@ -7,10 +7,16 @@ an instance role) and are never copied into the factory's settings.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlparse
+
+from factory.errors import BadInput, ConfigError
+from factory.store.base import check_key
 
 MIB = 1 << 20
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
 @dataclass(frozen=True)
@@ -37,3 +43,23 @@ class S3Settings:
         if self.client_cert:
             parts.append(f"client certificate {self.client_cert}")
         return ", ".join(parts)
+
+
+def split_url(url: str) -> tuple[str, str]:
+    """`s3://bucket/some/prefix` -> ("bucket", "some/prefix")."""
+    parsed = urlparse(url)
+    bucket, prefix = parsed.netloc, parsed.path.strip("/")
+    if parsed.scheme != "s3" or not _BUCKET.match(bucket):
+        raise ConfigError(
+            f"{url!r} is not s3://BUCKET[/PREFIX] with a valid bucket name",
+            field="FACTORY_STORE_URL",
+        )
+    if prefix:
+        try:
+            check_key(prefix)
+        except BadInput:
+            raise ConfigError(
+                f"prefix {prefix!r} must be parts of A-Z a-z 0-9 . _ - (no '..')",
+                field="FACTORY_STORE_URL",
+            ) from None
+    return bucket, prefix

@@ -143,8 +143,9 @@ def test_a_cache_hit_never_loads_or_calls_the_text_encoder(
     done = run_cli("run", str(path), env=env, timeout=600)
     assert done.returncode == 0, done.stderr + done.stdout
     second = json.loads(run_cli("preload", str(path), "--json", env=env).stdout)
-    assert (second["hits"], second["misses"]) == (2, 0)
-    assert second["cache"]["hits"] == 3 and second["cache"]["hit_rate"] > 0.5
+    embeddings = second["embeddings"]
+    assert (embeddings["hits"], embeddings["misses"]) == (2, 0)
+    assert embeddings["cache"]["hits"] == 3 and embeddings["cache"]["hit_rate"] > 0.5
     events = factory.jobs.events("df.chain")
     first_segment = next(e for e in events if e.event == "segment.done")
     assert first_segment.detail["prompt_cache"] == {"hits": 2, "misses": 0}

@@ -156,9 +156,11 @@ def test_gateway_down_is_retried_then_retryable_and_nothing_partial_shows(
 
     store.client.meta.events.register("after-call.s3.UploadPart", stop_after_first_part)
     try:
-        with pytest.raises(RetryableError, match="cannot reach") as raised:
-            with caplog.at_level(logging.WARNING):
-                store.put_file("out/render.mp4", source)
+        with (
+            pytest.raises(RetryableError, match="cannot reach") as raised,
+            caplog.at_level(logging.WARNING),
+        ):
+            store.put_file("out/render.mp4", source)
         assert "gave up after 3 attempts" in str(raised.value)
         assert [r for r in caplog.records if r.getMessage() == "store.retry"]
         direct = s3_stand.direct_client()

@@ -75,3 +75,64 @@ def test_memory_governance_and_the_embedding_cache_from_settings():
     assert (settings.embedding_cache, settings.embedding_cache_bytes) == ("redis", 1 << 20)
     default = Settings.from_env({})
     assert default.memory_policy.group_offload == "off" and default.embedding_cache == "store"
+
+
+def test_s3_settings_from_the_environment(tmp_path: Path):
+    for name in ("ca.pem", "w.pem", "w.key"):
+        (tmp_path / name).write_text("x")
+    settings = Settings.from_env(
+        {
+            "FACTORY_HOME": str(tmp_path),
+            "FACTORY_STORE_URL": "s3://render-out/nightly",
+            "FACTORY_S3_ENDPOINT_URL": "https://gw.internal:8443",
+            "FACTORY_S3_CA": str(tmp_path / "ca.pem"),
+            "FACTORY_S3_CLIENT_CERT": str(tmp_path / "w.pem"),
+            "FACTORY_S3_CLIENT_KEY": str(tmp_path / "w.key"),
+            "FACTORY_S3_CHECKSUMS": "when_required",
+            "FACTORY_S3_MULTIPART_BYTES": str(64 << 20),
+            "FACTORY_S3_VERIFY": "download",
+            "FACTORY_NODE_NAME": "gpu-b",
+            "FACTORY_NODES": "gpu-a, gpu-b,gpu-c",
+        }
+    )
+    s3 = settings.s3
+    assert (s3.endpoint_url, s3.client_cert, s3.client_key) == (
+        "https://gw.internal:8443", tmp_path / "w.pem", tmp_path / "w.key"
+    )  # fmt: skip
+    assert (s3.checksums, s3.multipart_bytes, s3.verify) == ("when_required", 64 << 20, "download")
+    assert (s3.addressing, s3.region, s3.scratch) == ("path", "us-east-1", tmp_path / "tmp")
+    assert settings.nodes == ("gpu-a", "gpu-b", "gpu-c") and settings.node_name == "gpu-b"
+    assert "w.key" not in s3.describe()  # paths of what to check, never the key
+
+
+@pytest.mark.parametrize(
+    ("env", "field", "says"),
+    [
+        ({"FACTORY_S3_CA": "/nonexistent/ca.pem"}, "FACTORY_S3_CA", "not a readable file"),
+        ({"FACTORY_S3_CLIENT_CERT": "{ca}"}, "FACTORY_S3_CLIENT_KEY", "goes with its key"),
+        ({"FACTORY_S3_CLIENT_KEY": "{ca}"}, "FACTORY_S3_CLIENT_CERT", "goes with its key"),
+        (
+            {
+                "FACTORY_S3_CLIENT_CERT": "{ca}",
+                "FACTORY_S3_CLIENT_KEY": "{ca}",
+                "FACTORY_S3_ENDPOINT_URL": "http://gw:9000",
+            },
+            "FACTORY_S3_ENDPOINT_URL",
+            "mutual TLS needs https://",
+        ),
+        ({"FACTORY_S3_ENDPOINT_URL": "gw:8443"}, "FACTORY_S3_ENDPOINT_URL", "https:// URL"),
+        ({"FACTORY_S3_PART_BYTES": "1048576"}, "FACTORY_S3_PART_BYTES", "at least 5 MiB"),
+        ({"FACTORY_S3_VERIFY": "hope"}, "FACTORY_S3_VERIFY", "etag, download"),
+        ({"FACTORY_S3_BACKOFF": "-1"}, "FACTORY_S3_BACKOFF", "must be > 0"),
+        ({"FACTORY_STORE_URL": "s3://Bad_Bucket/x"}, "FACTORY_STORE_URL", "valid bucket"),
+        ({"FACTORY_STORE_URL": "s3://bucket/../up"}, "FACTORY_STORE_URL", "no '..'"),
+        ({"FACTORY_NODE_NAME": "a", "FACTORY_NODES": "b,c"}, "FACTORY_NODES", "does not list"),
+        ({"FACTORY_NODE_NAME": "bad name"}, "FACTORY_NODE_NAME", "A-Z a-z"),
+    ],
+)
+def test_bad_s3_and_node_settings_name_the_variable(tmp_path: Path, env, field, says):
+    (tmp_path / "ca.pem").write_text("x")
+    env = {k: v.format(ca=tmp_path / "ca.pem") for k, v in env.items()}
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env(env)
+    assert caught.value.field == field and says in str(caught.value)
