@@ -13,6 +13,7 @@ import math
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,12 +51,14 @@ def plan_chunks(video: VideoSpec) -> list[Chunk]:
 
 def encode_chunk(ctx: StageContext, video: VideoSpec, chunk: Chunk, rendition: str) -> None:
     preset = PRESETS[rendition]
-    entries = []
-    for segment in chunk.segments:
-        with ctx.store.local_path(keys.segment(video.batch, video.video_id, segment.index)) as p:
-            entries.append((p, segment.write_count))
+    # Local copies live until ffmpeg has read them (an s3 store downloads them for the call).
     # A scratch folder per call: a chunk task and the encode stage may meet on the same chunk.
-    with tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
+    with ExitStack() as stack, tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
+        entries = [
+            (stack.enter_context(ctx.store.local_path(
+                keys.segment(video.batch, video.video_id, segment.index))), segment.write_count)
+            for segment in chunk.segments
+        ]  # fmt: skip
         listing = Path(scratch) / "chunk.ffconcat"
         listing.write_text(ffconcat(entries, video.fps))
         target = Path(scratch) / "chunk.mp4"
@@ -97,12 +100,12 @@ def run_encode(ctx: StageContext, job: Job) -> Job:
                 job = record_chunks(ctx, job, done, len(chunks))
     joined: dict[str, str] = {}
     for rendition in video.renditions:
-        entries = []
-        for chunk in chunks:
-            key = keys.chunk(video.batch, video.video_id, rendition, chunk.index)
-            with ctx.store.local_path(key) as path:
-                entries.append((path, chunk.frames))
-        with tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
+        with ExitStack() as stack, tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
+            entries = [
+                (stack.enter_context(ctx.store.local_path(
+                    keys.chunk(video.batch, video.video_id, rendition, chunk.index))), chunk.frames)
+                for chunk in chunks
+            ]  # fmt: skip
             listing = Path(scratch) / "join.ffconcat"
             listing.write_text(ffconcat(entries, video.fps))
             target = Path(scratch) / f"{rendition}.video.mp4"
