@@ -146,6 +146,14 @@ def run_cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess
     )
 
 
+@pytest.fixture(autouse=True)
+def _close_s3_stores() -> Iterator[None]:
+    """S3 clients made by a test are closed when it ends, not by the garbage collector later."""
+    yield
+    if "factory.store.s3" in sys.modules:
+        sys.modules["factory.store.s3"].close_all()
+
+
 @pytest.fixture(scope="session")
 def s3_stand(tmp_path_factory) -> Iterator:
     """moto's S3 server behind nginx with client-certificate verification (tests/s3stand.py)."""

@@ -157,3 +157,33 @@ SAVERS = {
     "wan": save_wan_vace,
     "ltx-video": save_ltx_condition,
 }
+
+
+PIPELINES = {
+    "skyreels-v2-df": "SkyReelsV2DiffusionForcingPipeline",
+    "wan": "WanVACEPipeline",
+    "ltx-video": "LTXConditionPipeline",
+}
+
+
+def save_lora(model_dir: Path, family: str, target: Path, seed: int = 1) -> Path:
+    """A LoRA for the tiny model's transformer (rank 4 on the attention projections, random
+    rather than zero-initialised, so that it changes the pictures), saved the way trainers
+    publish one: a single `.safetensors` file."""
+    import diffusers
+    import torch
+    from peft import LoraConfig, get_peft_model_state_dict
+
+    pipeline_class = getattr(diffusers, PIPELINES[family])
+    pipe = pipeline_class.from_pretrained(model_dir, text_encoder=None, tokenizer=None)
+    torch.manual_seed(seed)
+    pipe.transformer.add_adapter(
+        LoraConfig(r=4, lora_alpha=4, init_lora_weights=False,
+                   target_modules=["to_q", "to_k", "to_v", "to_out.0"])
+    )  # fmt: skip
+    folder = Path(tempfile.mkdtemp(prefix="tiny-lora-"))
+    state = get_peft_model_state_dict(pipe.transformer)
+    pipeline_class.save_lora_weights(folder, transformer_lora_layers=state)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    (folder / "pytorch_lora_weights.safetensors").replace(target)
+    return target

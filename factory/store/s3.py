@@ -22,6 +22,7 @@ import random
 import re
 import tempfile
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
@@ -90,6 +91,15 @@ class S3Store:
         self.url = f"s3://{self.bucket}" + (f"/{self.prefix}" if self.prefix else "")
         self.settings = settings
         self.client = client if client is not None else make_client(settings)
+        self._pool: ThreadPoolExecutor | None = None  # part uploads; threads live with the store
+        _LIVE.add(self)
+
+    def close(self) -> None:
+        """Close the connections now rather than whenever the garbage collector gets to them."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        self.client.close()
 
     # --- the Store interface -------------------------------------------------------------
 
@@ -234,8 +244,9 @@ class S3Store:
             return self._call(f"upload {where} part {number}", upload), md5
 
         try:
-            with ThreadPoolExecutor(self.settings.part_workers) as pool:
-                sent = list(pool.map(send, range(1, len(offsets) + 1)))
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.settings.part_workers, "s3-part")
+            sent = list(self._pool.map(send, range(1, len(offsets) + 1)))
             parts = [{"PartNumber": n, "ETag": etag} for n, (etag, _) in enumerate(sent, 1)]
             self._call(
                 f"complete upload {where}",
@@ -392,6 +403,16 @@ class S3Store:
 
     def _root(self) -> str:
         return f"{self.prefix}/" if self.prefix else ""
+
+
+_LIVE: weakref.WeakSet[S3Store] = weakref.WeakSet()
+
+
+def close_all() -> None:
+    """Close every store of this process (tests, between cases): connections are then not
+    left for the garbage collector to close at an arbitrary point later."""
+    for store in list(_LIVE):
+        store.close()
 
 
 class _Corrupt(Exception):
