@@ -89,3 +89,21 @@ def test_a_lora_for_another_model_is_a_clear_permanent_error(tmp_path: Path, mod
     text = manifest(model_dir, "junk", ", lora: [{asset: loras/junk.safetensors}]")
     with pytest.raises(PermanentError, match=r"LoRA loras/junk\.safetensors does not fit"):
         first_segment(ctx, factory, text)
+
+
+def test_preload_warms_the_loras_a_manifest_names(tmp_path: Path, model_dir: Path):
+    import json
+
+    from tests.conftest import embedded_env, run_cli
+
+    lora_path = save_lora(model_dir, "wan", tmp_path / "ink.safetensors")
+    path = tmp_path / "m.yaml"
+    path.write_text(manifest(model_dir, "warm", f", lora: [{{asset: '{lora_path.as_uri()}'}}]"))
+    env = {**embedded_env(tmp_path / "home"), "FACTORY_EMBEDDING_CACHE": "off"}
+    done = run_cli("preload", str(path), "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    assets = json.loads(done.stdout)["assets"]
+    assert [(i["asset"], i["outcome"]) for i in assets["items"]] == [
+        (lora_path.as_uri(), "fetched")
+    ]
+    assert assets["cache"]["bytes"] == lora_path.stat().st_size
