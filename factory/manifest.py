@@ -32,6 +32,7 @@ from factory.spec import (
     DIFFUSERS_FAMILIES,
     MODEL_FAMILIES,
     AudioChoice,
+    LoraChoice,
     ModelChoice,
     Scene,
     VideoSpec,
@@ -53,6 +54,7 @@ MAX_SCENES = 200
 MAX_SEGMENT_FRAMES = 1024
 MAX_SEED = 2**32 - 1
 MAX_SECONDS_PER_SEGMENT = 3600.0
+MAX_LORAS = 4
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$"
 RENDITIONS = ("master", "mobile", "compat")
 DEFAULT_RENDITIONS = RENDITIONS
@@ -113,6 +115,28 @@ class SegmentSettings(_Strict):
         return overlap
 
 
+def _asset_reference(value: str) -> str:
+    if "://" in value:
+        scheme = value.split("://", 1)[0]
+        if scheme not in ("file", "s3"):
+            raise ValueError(f"scheme {scheme!r} is not supported; use file://, s3:// or a key")
+    elif value.startswith("/") or ".." in value.split("/"):
+        raise ValueError(f"{value!r} must be a store URL or a relative key without '..'")
+    return value
+
+
+class LoraSettings(_Strict):
+    asset: str = Field(min_length=1, max_length=1024)
+    scale: float = Field(default=1.0, ge=-4, le=4, allow_inf_nan=False)
+
+    @field_validator("asset")
+    @classmethod
+    def _reference(cls, value: str) -> str:
+        if not value.endswith(".safetensors"):
+            raise ValueError(f"{value!r} must be a .safetensors file (a LoRA as trainers save it)")
+        return _asset_reference(value)
+
+
 class ModelSettings(_Strict):
     family: Literal[MODEL_FAMILIES]  # type: ignore[valid-type]
     path: str | None = Field(default=None, min_length=1, max_length=4096)
@@ -121,6 +145,7 @@ class ModelSettings(_Strict):
     )
     steps: StrictInt | None = Field(default=None, ge=1, le=200)
     guidance: float | None = Field(default=None, ge=0, le=30, allow_inf_nan=False)
+    lora: list[LoraSettings] | None = Field(default=None, min_length=1, max_length=MAX_LORAS)
 
     @model_validator(mode="before")
     @classmethod
@@ -142,6 +167,10 @@ class ModelSettings(_Strict):
             raise ValueError(f"family {self.family} takes no `seconds_per_segment`")
         if not diffusers and (self.steps is not None or self.guidance is not None):
             raise ValueError(f"family {self.family} takes no `steps` or `guidance`")
+        if not diffusers and self.lora is not None:
+            raise ValueError(f"family {self.family} takes no `lora`")
+        if self.lora and len({lora.asset for lora in self.lora}) != len(self.lora):
+            raise ValueError("each LoRA may be listed once")
         return self
 
 
@@ -152,14 +181,8 @@ class AudioSettings(_Strict):
 
     @field_validator("asset")
     @classmethod
-    def _asset_reference(cls, value: str) -> str:
-        if "://" in value:
-            scheme = value.split("://", 1)[0]
-            if scheme not in ("file", "s3"):
-                raise ValueError(f"scheme {scheme!r} is not supported; use file://, s3:// or a key")
-        elif value.startswith("/") or ".." in value.split("/"):
-            raise ValueError(f"{value!r} must be a store URL or a relative key without '..'")
-        return value
+    def _reference(cls, value: str) -> str:
+        return _asset_reference(value)
 
 
 class SceneSettings(_Strict):
@@ -345,7 +368,12 @@ def _resolve(
         scenes=scenes,
         negative_prompt=negative_prompt,
         model=ModelChoice(
-            model.family, model.path, model.seconds_per_segment, model.steps, model.guidance
+            model.family,
+            model.path,
+            model.seconds_per_segment,
+            model.steps,
+            model.guidance,
+            tuple(LoraChoice(lora.asset, lora.scale) for lora in model.lora or ()),
         ),
         segment_frames=segment.frames,
         segment_overlap=segment.overlap,

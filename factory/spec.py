@@ -27,12 +27,19 @@ class Scene:
 
 
 @dataclass(frozen=True)
+class LoraChoice:
+    asset: str  # a .safetensors LoRA: store URL (s3://, file://) or a key in the store
+    scale: float = 1.0  # how strongly it applies (0: not at all)
+
+
+@dataclass(frozen=True)
 class ModelChoice:
     family: str
     path: str | None = None  # local model directory, diffusers families only
     seconds_per_segment: float | None = None  # timed family only
     steps: int | None = None  # diffusers families: denoising steps
     guidance: float | None = None  # diffusers families: classifier-free guidance scale
+    loras: tuple[LoraChoice, ...] = ()  # diffusers families: adapters over the base weights
 
 
 @dataclass(frozen=True)
@@ -70,7 +77,8 @@ class VideoSpec:
     @property
     def assets(self) -> tuple[str, ...]:
         """Files the job reads from the store besides its own work: the asset cache warms them."""
-        return (self.audio.asset,) if self.audio else ()
+        loras = tuple(lora.asset for lora in self.model.loras)
+        return loras + ((self.audio.asset,) if self.audio else ())
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -84,7 +92,8 @@ class VideoSpec:
             "seed": self.seed,
             "scenes": [asdict(s) for s in self.scenes],
             "negative_prompt": self.negative_prompt,
-            "model": {k: v for k, v in asdict(self.model).items() if v is not None},
+            # unset fields stay out, so specs made before a field existed keep their hash
+            "model": {k: v for k, v in asdict(self.model).items() if v not in (None, ())},
             "segment": {"frames": self.segment_frames, "overlap": self.segment_overlap},
             "renditions": list(self.renditions),
             "audio": asdict(self.audio) if self.audio else None,
@@ -105,7 +114,7 @@ class VideoSpec:
             seed=int(data["seed"]),
             scenes=tuple(Scene(**s) for s in data["scenes"]),
             negative_prompt=data["negative_prompt"],
-            model=ModelChoice(**data["model"]),
+            model=_model(data["model"]),
             segment_frames=int(data["segment"]["frames"]),
             segment_overlap=int(data["segment"]["overlap"]),
             renditions=tuple(data["renditions"]),
@@ -141,3 +150,8 @@ def derived_video_id(content: dict[str, Any]) -> str:
     """An id for a video the manifest left unnamed: the hash of its content, batch excluded."""
     digest = hashlib.sha256(canonical_json(content).encode()).hexdigest()
     return f"v-{digest[:12]}"
+
+
+def _model(data: dict[str, Any]) -> ModelChoice:
+    loras = tuple(LoraChoice(**lora) for lora in data.get("loras", ()))
+    return ModelChoice(**{**data, "loras": loras})

@@ -11,6 +11,9 @@ its first `context` frames, which the stitcher then blends.
   VACE rather than image-to-video from the last frame).
 - `ltx-video`: LTXConditionPipeline with the tail as a video condition at frame 0.
 
+LoRAs named by a job (`model.lora` in the manifest) are fetched through the node's asset
+cache, loaded once per process as named adapters and weighted per job (docs/models.md).
+
 GPU workers load transformer, VAE and scheduler only; prompts arrive as embeddings made by
 the text encoder alone (text_encoding.py). Weights are never downloaded: the hub is off
 and a directory without the files `model_index.json` names is refused with what is missing.
@@ -20,9 +23,12 @@ generated as the next such count >= L and trimmed; the overlap must itself be st
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +46,7 @@ log = logging.getLogger(__name__)
 
 ADDNOISE_CONDITION = 20  # SkyReels: noise level added to the conditioning tail
 VACE_FILL = 0.5  # VACE: grey for the frames it is asked to generate
+MAX_LOADED_LORAS = 8  # adapters kept loaded per worker process for the next jobs
 
 
 def check_model_dir(path: str, needed: tuple[str, ...] | None = None) -> list[str]:
@@ -95,11 +102,70 @@ class DiffusersGenerator:
         self.device = "cpu"
         self.pipe: Any = None
         self.dtype: Any = None
+        self._adapters: dict[str, str] = {}  # LoRA reference -> adapter name, loaded
+        self.active_loras: list[dict[str, Any]] = []
 
     def use_sampling(self, steps: int | None, guidance: float | None) -> None:
         """The job's denoising steps and guidance scale (the family's defaults where unset)."""
         self.steps = steps or self.family.default_steps
         self.guidance = guidance if guidance is not None else self.family.default_guidance
+
+    def use_loras(
+        self,
+        loras: list[tuple[str, float]],
+        open_file: Callable[[str], AbstractContextManager[Path]],
+    ) -> None:
+        """The job's LoRAs (reference, scale) over the base weights: each loaded once per
+        process (fetched through `open_file`, the node's asset cache) and kept for the next
+        jobs; the ones a job does not name are switched off, not unloaded."""
+        if self.pipe is None:
+            raise PermanentError(f"{self.name}: LoRAs set before load")
+        if loras and self.memory_policy.layerwise_casting != "off":
+            raise PermanentError(
+                f"{self.name}: LoRAs cannot be applied over float8 weights; unset "
+                "FACTORY_LAYERWISE_CASTING on the workers that run LoRA jobs"
+            )
+        names = [self._adapter(reference, open_file) for reference, _ in loras]
+        if names:
+            self.pipe.enable_lora()
+            self.pipe.set_adapters(names, adapter_weights=[scale for _, scale in loras])
+        elif self._adapters:
+            self.pipe.disable_lora()
+        self.active_loras = [{"asset": ref, "scale": scale} for ref, scale in loras]
+        self._forget_adapters(keep=set(names))
+
+    def _adapter(
+        self, reference: str, open_file: Callable[[str], AbstractContextManager[Path]]
+    ) -> str:
+        if reference in self._adapters:
+            return self._adapters[reference]
+        name = "lora_" + hashlib.sha256(reference.encode()).hexdigest()[:16]
+        with open_file(reference) as path:
+            try:
+                self.pipe.load_lora_weights(str(path), adapter_name=name)
+            except Exception as error:
+                reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
+                raise PermanentError(
+                    f"{self.name}: LoRA {reference} does not fit this model "
+                    f"({self.model.path}): {type(error).__name__}: {reason}"
+                ) from error
+        loaded = {a for adapters in self.pipe.get_list_adapters().values() for a in adapters}
+        if name not in loaded:  # diffusers skips keys it does not recognise, silently
+            raise PermanentError(
+                f"{self.name}: LoRA {reference} does not fit this model ({self.model.path}): "
+                "none of its weights names a layer of this model's transformer"
+            )
+        self._adapters[reference] = name
+        log.info("lora.loaded", extra={"asset": reference, "adapter": name})
+        return name
+
+    def _forget_adapters(self, keep: set[str]) -> None:
+        """At most MAX_LOADED_LORAS stay loaded: the oldest unused ones go first."""
+        for reference in list(self._adapters):
+            if len(self._adapters) <= MAX_LOADED_LORAS:
+                return
+            if self._adapters[reference] not in keep:
+                self.pipe.delete_adapters([self._adapters.pop(reference)])
 
     # -- loading ---------------------------------------------------------------------------
 

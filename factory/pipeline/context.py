@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -64,7 +65,7 @@ class StageContext:
     def generator(self, model: ModelChoice) -> Generator:
         """One generator per model directory, loaded once and kept warm for the next segments;
         sampling settings (steps, guidance) vary per job without loading the weights again."""
-        weights = replace(model, steps=None, guidance=None)
+        weights = replace(model, steps=None, guidance=None, loras=())
         if weights not in self._generators:
             generator = make_generator(weights, self.attention_override, self.memory_policy)
             generator.load(self.device)
@@ -72,7 +73,14 @@ class StageContext:
         generator = self._generators[weights]
         if hasattr(generator, "use_sampling"):
             generator.use_sampling(model.steps, model.guidance)
+        if hasattr(generator, "use_loras"):
+            generator.use_loras([(lora.asset, lora.scale) for lora in model.loras], self._asset)
         return generator
+
+    def _asset(self, reference: str) -> AbstractContextManager[Path]:
+        if self.assets is None:
+            raise PermanentError("no asset cache configured for this worker")
+        return self.assets.local_path(reference)
 
     def ensure_prompts(self, video: VideoSpec) -> EnsureResult | None:
         """Before a job's first segment (and after any cold start): the job's prompts encoded

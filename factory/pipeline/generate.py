@@ -239,7 +239,13 @@ def _stored_tail(ctx: StageContext, video: VideoSpec, index: int) -> np.ndarray:
         return read_tail(path)
 
 
-def _backend(generator: object) -> dict[str, str]:
+def _backend(generator: object) -> dict[str, Any]:
     """The attention backend and why, for generators that choose one (recorded per segment)."""
     attention = getattr(generator, "attention", None)
-    return {"attention": attention[0], "attention_reason": attention[1]} if attention else {}
+    used: dict[str, Any] = (
+        {"attention": attention[0], "attention_reason": attention[1]} if attention else {}
+    )
+    loras = getattr(generator, "active_loras", None)
+    if loras:
+        used["loras"] = loras
+    return used

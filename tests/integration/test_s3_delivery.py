@@ -90,7 +90,13 @@ def assert_no_secrets(s3_stand, cluster: Cluster, job_ids: list[str], extra: str
 
 
 def test_a_quick_batch_is_delivered_through_the_gateway(cluster, s3_stand, bucket, tmp_path):
-    audio = sine_bed(s3_stand, bucket, tmp_path)
+    sine_bed(s3_stand, bucket, tmp_path)
+    put = run_cli("store", "put", str(tmp_path / "sine.flac"), "beds/sea.flac", env=cluster.env)
+    assert put.returncode == 0, put.stderr
+    assert put.stdout.strip() == f"s3://{bucket}/factory/beds/sea.flac"
+    listed = run_cli("store", "ls", "beds", env=cluster.env).stdout.split()
+    assert listed == ["beds/sea.flac"]
+    audio = "beds/sea.flac"  # a key in the factory's own (s3) store
     path = write_manifest(tmp_path / "m.yaml", "s3quick", videos=2, audio=audio)
     cluster.start_workers(gpus=1)
     ids = cluster.submit(path)
@@ -112,7 +118,7 @@ def test_a_quick_batch_is_delivered_through_the_gateway(cluster, s3_stand, bucke
     # the bed was fetched once per node into its asset cache, not once per job
     assert (cluster.home / "assets" / "index.json").exists()
     log = (s3_stand.root / "gateway-access.log").read_text()
-    assert sum(f'"GET /{bucket}/beds/sine.flac"' in line for line in log.splitlines()) == 1
+    assert sum(f'"GET /{bucket}/factory/beds/sea.flac"' in line for line in log.splitlines()) == 1
     status = run_cli("status", ids[0], env=cluster.env)
     assert f"s3://{bucket}/factory/s3quick/v0/out/mobile.mp4" in status.stdout
     assert_no_secrets(s3_stand, cluster, ids, status.stdout + status.stderr)

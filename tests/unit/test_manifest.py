@@ -184,3 +184,22 @@ def test_alias_bomb_is_refused_without_expanding():
         levels.append(f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 10) + "]")
     with pytest.raises(ManifestError, match="aliases"):
         parse_manifest("\n".join(levels) + "\n")
+
+
+def test_loras_reach_the_spec_and_its_assets_and_leave_old_hashes_alone():
+    base = (
+        "batch: b\nvideos:\n  - id: a\n    prompt: ok\n    duration: 4\n"
+        "    segment: {frames: 17, overlap: 5}\n    audio: {asset: beds/sea.ogg}\n"
+        "    model: {family: wan, path: /models/wan%s}\n"
+    )
+    plain = parse_manifest(base % "").videos[0]
+    styled = parse_manifest(
+        base % ", lora: [{asset: 's3://loras/ink.safetensors', scale: 0.6}]"
+    ).videos[0]
+    assert [(lora.asset, lora.scale) for lora in styled.model.loras] == [
+        ("s3://loras/ink.safetensors", 0.6)
+    ]
+    assert styled.assets == ("s3://loras/ink.safetensors", "beds/sea.ogg")
+    assert "loras" not in plain.to_dict()["model"]  # a spec without LoRAs hashes as before
+    assert VideoSpec.from_dict(styled.to_dict()) == styled
+    assert plain.sha256() != styled.sha256()
