@@ -19,6 +19,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -28,7 +29,7 @@ from factory.store.s3 import S3Store  # noqa: E402
 from tests.s3stand import ACCESS_KEY, SECRET_KEY, S3Stand  # noqa: E402
 
 
-def timed(action) -> float:  # noqa: ANN001 - a callable
+def timed(action: Callable[[], object]) -> float:
     started = time.perf_counter()
     action()
     return time.perf_counter() - started
@@ -75,12 +76,12 @@ def run(stand: S3Stand, root: Path, mb: int, rounds: int) -> dict[str, float]:
         if round_ % 2:
             order.reverse()  # neither path always goes first
         for store, name in order:
-            times[f"up_{name}"].append(timed(lambda s=store: s.put_file(key, rendition)))
-        times["again_gw"].append(timed(lambda: through.put_file(key, rendition)))
+            times[f"up_{name}"].append(timed(lambda s=store, k=key: s.put_file(k, rendition)))
+        times["again_gw"].append(timed(lambda k=key: through.put_file(k, rendition)))
         for store, name in order:
 
-            def download(s: S3Store = store) -> None:
-                with s.local_path(key):
+            def download(s: S3Store = store, k: str = key) -> None:
+                with s.local_path(k):
                     pass
 
             times[f"down_{name}"].append(timed(download))
