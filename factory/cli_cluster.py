@@ -11,6 +11,7 @@ import shutil
 import socket
 import sys
 import time
+from datetime import datetime, timedelta
 from statistics import mean
 
 import typer
@@ -113,25 +114,39 @@ def watch(
     batch: str | None = typer.Argument(None, help="Only this batch."),
     every: float = typer.Option(2.0, "--every", min=0.2, help="Seconds between refreshes."),
     once: bool = typer.Option(False, "--once", help="Print one snapshot and exit."),
+    window: str | None = typer.Option(
+        None, "--window", help="The night's window, HH:MM-HH:MM: show the batch ETA against it."
+    ),
+    gpus: int = typer.Option(0, "--gpus", min=0, help="GPUs working on it (0: count them)."),
 ) -> None:
-    """Live per-job progress from the database: segments, stage, ETA from measured segments."""
+    """Live per-job progress from the database: segments, stage, ETA from measured segments;
+    with --window, the batch's ETA against the window's end."""
     from factory.app import Factory
 
     factory = Factory.open(Settings.from_env())
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    window_end = _window_end(window)
     if once:
-        console.print(_snapshot(factory.jobs.list_jobs(batch=batch)))
+        console.print(_snapshot(factory.jobs.list_jobs(batch=batch), window_end, gpus))
         return
     with Live(console=console, refresh_per_second=2) as live:
         while True:
             found = factory.jobs.list_jobs(batch=batch)
-            live.update(_snapshot(found))
+            live.update(_snapshot(found, window_end, gpus))
             if found and all(j.stage.is_terminal for j in found):
                 return
             time.sleep(every)
 
 
-def _snapshot(found: list[Job]) -> Group:
+def _window_end(window: str | None) -> datetime | None:
+    if window is None:
+        return None
+    from factory.forecast import parse_window
+
+    return parse_window(window, datetime.now().astimezone())[1]
+
+
+def _snapshot(found: list[Job], window_end: datetime | None = None, gpus: int = 0) -> Group:
     table = Table("JOB", "STAGE", "SEGMENTS", "", "ETA", "WORKER")
     remaining_total = 0.0
     for job in found:
@@ -154,7 +169,29 @@ def _snapshot(found: list[Job]) -> Group:
     failed = sum(j.stage in (Stage.FAILED, Stage.CANCELLED) for j in found)
     footer = (f"{finished} done, {failed} failed or cancelled, {len(found) - finished - failed} "
               f"in progress; generation left: {_duration(remaining_total)}")  # fmt: skip
-    return Group(table, footer)
+    if window_end is None:
+        return Group(table, footer)
+    return Group(table, footer, _against_window(found, window_end, gpus))
+
+
+def _against_window(found: list[Job], window_end: datetime, gpus: int) -> str:
+    """The batch's ETA: each open job's remaining generation (its own measured pace) spread
+    over the GPUs, against the window's end."""
+    from factory.forecast import makespan
+
+    open_jobs = [j for j in found if not j.stage.is_terminal]
+    left = [_eta(j) for j in open_jobs]
+    unknown = sum(e is None for e in left)
+    working = gpus or max(1, sum(j.stage is Stage.GENERATE and bool(j.claimed_by)
+                                 for j in open_jobs))  # fmt: skip
+    now = datetime.now().astimezone()
+    eta = now + timedelta(seconds=makespan([e for e in left if e is not None], working))
+    spare = (window_end - eta).total_seconds()
+    verdict = (f"on time, {_duration(spare)} to spare" if spare >= 0
+               else f"LATE by {_duration(-spare)}")  # fmt: skip
+    note = f" ({unknown} job(s) not started: not counted)" if unknown else ""
+    return (f"batch ETA {eta:%a %H:%M} on {working} GPU(s); window ends "
+            f"{window_end:%a %H:%M}: {verdict}{note}")  # fmt: skip
 
 
 def _eta(job: Job) -> float | None:
