@@ -55,22 +55,45 @@ def worker(
     concurrency: int = typer.Option(2, "--concurrency", min=1, help="CPU worker processes."),
     max_tasks: int = typer.Option(500, "--max-tasks-per-child", min=1),
     loglevel: str = typer.Option("info", "--loglevel"),
+    health_port: int | None = typer.Option(
+        None,
+        "--health-port",
+        min=0,
+        max=65535,
+        help="Serve /livez, /readyz and /metrics on this port (docs/operations.md).",
+    ),
 ) -> None:
     """Start a Celery worker: `--gpu N` (its own queue gpu.<host>.<N> and the shared `gpu`
     queue, one process, CUDA_VISIBLE_DEVICES=N) or `--cpu`."""
     if (gpu is None) == (not cpu):
         raise BadInput("give exactly one of --gpu N or --cpu", field="worker")
-    base = _celery_base(Settings.from_env())
+    settings = Settings.from_env()
+    base = _celery_base(settings)
     host = socket.gethostname()
+    name = f"gpu{gpu}" if gpu is not None else "cpu"
+    health = _health_env(settings, name, health_port)
+    if gpu is not None:
+        health["FACTORY_GPU_INDEX"] = str(gpu)
     common = ["worker", "-P", "prefork", f"--max-tasks-per-child={max_tasks}", "-l", loglevel,
               "-E"]  # fmt: skip
     if gpu is not None:
         queue = f"gpu.{host}.{gpu}"
         _exec([*base, *common, "-c", "1", "-Q", f"{queue},gpu", "-n", f"gpu{gpu}@{host}"],
-              {"CUDA_VISIBLE_DEVICES": str(gpu), "FACTORY_GPU_QUEUE": queue})  # fmt: skip
+              {"CUDA_VISIBLE_DEVICES": str(gpu), "FACTORY_GPU_QUEUE": queue, **health})  # fmt: skip
     else:
         _exec([*base, *common, "-c", str(concurrency), "-Q", "cpu", "-n", f"cpu@{host}"],
-              {"FACTORY_GPU_QUEUE": ""})  # fmt: skip
+              {"FACTORY_GPU_QUEUE": "", **health})  # fmt: skip
+
+
+def _health_env(settings: Settings, name: str, port: int | None) -> dict[str, str]:
+    """The health endpoint's port, and a fresh folder where this worker's processes keep
+    their Prometheus counters (multiprocess mode)."""
+    if port is None:
+        return {}
+    folder = settings.home / "metrics" / name
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    return {"FACTORY_HEALTH_PORT": str(port), "PROMETHEUS_MULTIPROC_DIR": str(folder)}
 
 
 def beat() -> None:

@@ -51,6 +51,9 @@ class Settings:
     node_name: str = "local"
     nodes: tuple[str, ...] = ("local",)  # every node that warms assets (consistent hashing)
     asset_replicas: int = 1
+    gpu_memory_source: str = "nvml"  # nvml | none | file:/path (docs/operations.md)
+    ready_gpu_memory: float = 0.95  # above this fraction in use a GPU worker takes no work
+    readiness_every: float = 2.0
 
     @property
     def memory_policy(self) -> MemoryPolicy:
@@ -96,6 +99,9 @@ class Settings:
                 env, "FACTORY_ASSET_CACHE_BYTES", 20 << 30, unit="bytes"
             ),
             asset_replicas=_positive_int(env, "FACTORY_ASSET_REPLICAS", 1, unit="nodes"),
+            gpu_memory_source=_memory_source(env),
+            ready_gpu_memory=_fraction(env, "FACTORY_READY_GPU_MEMORY", 0.95),
+            readiness_every=_positive_float(env, "FACTORY_READINESS_EVERY", 2.0),
             **_nodes(env),
         )
         settings._check_schemes()
@@ -284,3 +290,12 @@ def _nodes(env: Mapping[str, str]) -> dict[str, object]:
             field="FACTORY_NODES",
         )
     return {"node_name": node, "nodes": nodes}
+
+
+def _memory_source(env: Mapping[str, str]) -> str:
+    raw = (env.get("FACTORY_GPU_MEMORY_SOURCE") or "nvml").strip()
+    if raw in ("nvml", "none") or (raw.startswith("file:") and len(raw) > len("file:")):
+        return raw
+    raise ConfigError(
+        f"must be nvml, none or file:/path, got {raw!r}", field="FACTORY_GPU_MEMORY_SOURCE"
+    )

@@ -25,6 +25,7 @@ from factory.store import keys
 from tasks import (
     broker,
     dispatch,
+    health,  # noqa: F401 - the health endpoint, once the worker is ready
     signals,  # noqa: F401 - connects the worker signal handlers
 )
 from tasks.app import app

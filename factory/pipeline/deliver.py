@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from factory import metrics
 from factory.db.state import Job
 from factory.pipeline.context import StageContext
 from factory.stages import Stage
@@ -15,6 +16,7 @@ def run_deliver(ctx: StageContext, job: Job) -> Job:
         final = keys.output(video.batch, video.video_id, rendition)
         with ctx.store.local_path(keys.muxed(video.batch, video.video_id, rendition)) as path:
             ctx.store.put_file(final, path)
+            metrics.delivered(path.stat().st_size)
         outputs[rendition] = ctx.store.url_for(final)
     report = keys.qc_report(video.batch, video.video_id)
     with ctx.store.local_path(job.progress["qc"]["report"]) as path:

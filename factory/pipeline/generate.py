@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from factory import metrics
 from factory.db.state import Job
 from factory.errors import PermanentError
 from factory.generate import Generator, PromptEmbedding, SegmentSpec, segment_seed
@@ -123,6 +124,8 @@ def generate_segment(
     )
     seconds = round(time.monotonic() - started, 3)
     used = getattr(generator, "last_memory", None)
+    gpu = (used or {}).get("gpu") or ctx.device
+    metrics.segment_done(video.model.family, f"{video.width}x{video.height}", gpu, seconds)
     key = str(plan.index)
     seam_record: dict[str, Any] = {}
     if seam is not None:

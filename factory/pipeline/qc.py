@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from factory import metrics
 from factory.db.state import Job
 from factory.errors import QualityGateFailed
 from factory.generate.guard import FLAT_SPREAD
@@ -135,6 +136,7 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
         detail={"passed": document["passed"], "failures": summary["failures"]},
     )
     if not document["passed"]:
+        metrics.qc_failed([failure["check"] for failure in document["failures"]])
         raise QualityGateFailed(summary["failures"])
     return ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.DELIVER)
 
