@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from factory import __version__, cli_cluster, cli_forecast, cli_gpu, cli_qc
+from factory.alerts import after_terminal, open_alerter
 from factory.app import Factory
 from factory.config import Settings
 from factory.db import migrate
@@ -356,7 +357,9 @@ def cancel(
     as_json: bool = JsonOption,
 ) -> None:
     """Stop a job; its worker stops at its next checkpoint. `requeue` can continue it later."""
-    job = _factory().jobs.cancel(job_id, reason=reason)
+    factory = _factory()
+    job = factory.jobs.cancel(job_id, reason=reason)
+    after_terminal(open_alerter(factory.settings, factory.jobs), job)
     if as_json:
         _print_json(_job_summary(job))
         return

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from factory.alerts_settings import WebhookSettings
 from factory.errors import ConfigError
 from factory.generate.memory import MemoryPolicy
 from factory.qc.thresholds import ENV_NAMES, QcThresholds
@@ -54,6 +55,7 @@ class Settings:
     gpu_memory_source: str = "nvml"  # nvml | none | file:/path (docs/operations.md)
     ready_gpu_memory: float = 0.95  # above this fraction in use a GPU worker takes no work
     readiness_every: float = 2.0
+    webhook: WebhookSettings = field(default_factory=WebhookSettings)
 
     @property
     def memory_policy(self) -> MemoryPolicy:
@@ -102,6 +104,7 @@ class Settings:
             gpu_memory_source=_memory_source(env),
             ready_gpu_memory=_fraction(env, "FACTORY_READY_GPU_MEMORY", 0.95),
             readiness_every=_positive_float(env, "FACTORY_READINESS_EVERY", 2.0),
+            webhook=_webhook(env),
             **_nodes(env),
         )
         settings._check_schemes()
@@ -298,4 +301,16 @@ def _memory_source(env: Mapping[str, str]) -> str:
         return raw
     raise ConfigError(
         f"must be nvml, none or file:/path, got {raw!r}", field="FACTORY_GPU_MEMORY_SOURCE"
+    )
+
+
+def _webhook(env: Mapping[str, str]) -> WebhookSettings:
+    url = env.get("FACTORY_WEBHOOK_URL") or None
+    if url and not url.startswith(("https://", "http://")):
+        raise ConfigError(f"must be an http(s):// URL, got {url!r}", field="FACTORY_WEBHOOK_URL")
+    return WebhookSettings(
+        url=url,
+        token=env.get("FACTORY_WEBHOOK_TOKEN") or None,
+        attempts=_positive_int(env, "FACTORY_WEBHOOK_ATTEMPTS", 5, unit="attempts"),
+        backoff=_positive_float(env, "FACTORY_WEBHOOK_BACKOFF", 1.0),
     )

@@ -11,6 +11,7 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
+from factory.alerts import after_terminal
 from factory.errors import PermanentError, RetryableError, StaleAttempt
 from factory.heartbeat import Heartbeat
 from factory.pipeline.deliver import run_deliver
@@ -100,7 +101,8 @@ def cpu_stage(self, job_id: str, stage_name: str) -> None:
     try:
         job = rt.machine.claim(job_id, seen_attempt=job.attempt, worker=rt.worker)
         with Heartbeat(rt.machine, job_id, job.attempt, rt.settings.heartbeat_every):
-            CPU_STAGE_FUNCTIONS[stage](rt.ctx, job)
+            job = CPU_STAGE_FUNCTIONS[stage](rt.ctx, job)
+        after_terminal(rt.ctx.alerts, job)  # done: the batch may be complete
     except StaleAttempt as exc:
         self.request.chain = None
         log.info("stage.stopped", extra={"job_id": job_id, "reason": exc.reason})
@@ -147,6 +149,7 @@ def sweep() -> dict[str, list[str]]:
         dispatch.dispatch(app, job)
     for job in failed:
         log.error("sweep.gave_up", extra={"job_id": job.job_id})
+        after_terminal(rt.ctx.alerts, job)
     return {"resumed": [j.job_id for j in claimed], "failed": [j.job_id for j in failed]}
 
 
@@ -173,4 +176,5 @@ def _fail(job_id: str, attempt: int, exc: Exception, internal: bool = False) -> 
     message = f"{type(exc).__name__}: {exc}" if internal else str(exc)
     log.error("job.failed", extra={"job_id": job_id, "kind": kind, "error": message})
     with contextlib.suppress(StaleAttempt):
-        rt.machine.fail(job_id, attempt=attempt, kind=kind, message=message[:4000])
+        job = rt.machine.fail(job_id, attempt=attempt, kind=kind, message=message[:4000])
+        after_terminal(rt.ctx.alerts, job)

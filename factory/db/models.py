@@ -66,6 +66,7 @@ batches = Table(
     Column("batch", Id, primary_key=True),
     Column("source", Text, nullable=False),  # the manifest path it was first submitted from
     Column("created_at", UtcDateTime, nullable=False),
+    Column("notified_at", UtcDateTime, nullable=True),  # the batch-completion alert went out
 )
 
 jobs = Table(

@@ -106,6 +106,16 @@ class JobStateMachine:
             rows = conn.execute(select(jobs).where(jobs.c.job_id.in_(ids))).all()
         return {row.job_id: Job.from_row(row) for row in rows}
 
+    def mark_batch_notified(self, batch: str) -> bool:
+        """Compare-and-set of `batches.notified_at`: True for the one caller that sets it."""
+        with self.database.transaction() as conn:
+            done = conn.execute(
+                update(batches)
+                .where(batches.c.batch == batch, batches.c.notified_at.is_(None))
+                .values(notified_at=self.clock())
+            )
+            return done.rowcount == 1
+
     def list_jobs(
         self, *, batch: str | None = None, stage: Stage | None = None, limit: int = 1000
     ) -> list[Job]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from factory.alerts import Alerter, open_alerter
 from factory.config import Settings
 from factory.db.session import Database
 from factory.db.state import Job, JobStateMachine
@@ -35,6 +36,7 @@ class StageContext:
     memory_policy: MemoryPolicy = field(default_factory=MemoryPolicy)
     prompt_service: PromptService | None = None  # the embedding cache (diffusers families)
     assets: AssetCache | None = None  # audio beds and other referenced files, node-local
+    alerts: Alerter | None = None  # webhook on job failure and batch completion
     qc: QcThresholds = field(default_factory=QcThresholds)  # seam limits, regenerations
     on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk
     _generators: dict[ModelChoice, Generator] = field(default_factory=dict)
@@ -58,6 +60,7 @@ class StageContext:
             qc=settings.qc,
             prompt_service=PromptService(cache, settings.text_encoder_device) if cache else None,
             assets=open_asset_cache(settings, store),
+            alerts=open_alerter(settings, machine),
         )
         values.update(overrides)
         return cls(**values)

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Protocol
 
+from factory.alerts import after_terminal
 from factory.db.state import Job
 from factory.errors import FactoryError, MediaError, StaleAttempt
 from factory.pipeline.context import StageContext
@@ -73,6 +74,7 @@ def run_job(
         encoder.close()
     if observer:
         observer.stage_changed(job)
+    after_terminal(ctx.alerts, job)
     return job
 
 

@@ -1,0 +1,166 @@
+"""Webhook alerts: a job failed, a batch completed (with its summary).
+
+`FACTORY_WEBHOOK_URL` receives a JSON POST per alert; `FACTORY_WEBHOOK_TOKEN`, if set, goes
+as `Authorization: Bearer …` and nowhere else. Every payload has a `text` line, so Slack,
+Mattermost and Teams-style incoming webhooks show it as is. Connection errors, timeouts,
+429 and 5xx are retried with backoff (FACTORY_WEBHOOK_ATTEMPTS, 5; FACTORY_WEBHOOK_BACKOFF,
+1 s doubling); an alert that still cannot be delivered is logged, never raised: alerts
+never fail a job. Payloads pass through factory/redact.py.
+
+A batch's completion alert goes out once: the first process to see every job of the batch
+terminal marks `batches.notified_at` (a compare-and-set) and sends it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from factory.alerts_settings import WebhookSettings
+from factory.db.state import Job, JobStateMachine
+from factory.redact import redact_value, register_secrets
+from factory.stages import Stage
+
+if TYPE_CHECKING:
+    from factory.config import Settings
+
+log = logging.getLogger("factory.alerts")
+
+
+class Alerter:
+    def __init__(
+        self,
+        settings: WebhookSettings,
+        machine: JobStateMachine,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self.machine = machine
+        self.sleep = sleep
+        register_secrets([settings.token])
+
+    # --- what is sent --------------------------------------------------------------------
+
+    def job_failed(self, job: Job) -> bool:
+        error = job.last_error or {}
+        stage = error.get("stage") or (job.stopped_stage.value if job.stopped_stage else "?")
+        message = str(error.get("message", ""))[:500]
+        payload = {
+            "event": "job.failed",
+            "batch": job.batch,
+            "job_id": job.job_id,
+            "stage": stage,
+            "kind": error.get("kind"),
+            "message": message,
+            "next": f"factory status {job.job_id}; factory requeue {job.job_id}",
+            "text": f"factory: job {job.job_id} FAILED in {stage}: {message[:200]}",
+        }
+        return self.send(payload)
+
+    def batch_done_if_complete(self, batch: str) -> bool:
+        """Send the batch's summary if every job is finished and nobody has sent it yet."""
+        jobs = self.machine.list_jobs(batch=batch)
+        if not jobs or not all(job.stage.is_terminal for job in jobs):
+            return False
+        if not self.machine.mark_batch_notified(batch):
+            return False  # another process sent it
+        summary = batch_summary(jobs)
+        text = (
+            f"factory: batch {batch} complete: {summary['delivered']} delivered, "
+            f"{summary['failed']} failed, {summary['cancelled']} cancelled; "
+            f"{summary['gpu_hours']:.2f} GPU-hours; QC {summary['qc']['passed']} passed, "
+            f"{summary['qc']['failed']} failed"
+        )
+        return self.send({"event": "batch.completed", "batch": batch, "summary": summary,
+                          "text": text})  # fmt: skip
+
+    # --- how -----------------------------------------------------------------------------
+
+    def send(self, payload: dict[str, Any]) -> bool:
+        if not self.settings.url:
+            return False
+        body = json.dumps(redact_value({**payload, "at": datetime.now(UTC).isoformat()})).encode()
+        headers = {"Content-Type": "application/json", "User-Agent": "video-factory"}
+        if self.settings.token:
+            headers["Authorization"] = f"Bearer {self.settings.token}"
+        attempts = self.settings.attempts
+        for attempt in range(1, attempts + 1):
+            problem = self._post(body, headers)
+            if problem is None:
+                log.info("alert.sent", extra={"alert": payload["event"], "attempt": attempt})
+                return True
+            if problem.startswith("refused"):
+                break  # a 4xx other than 429: sending the same again cannot help
+            if attempt < attempts:
+                self.sleep(min(60.0, self.settings.backoff * 2 ** (attempt - 1)))
+        log.warning("alert.not_sent", extra={"alert": payload["event"], "error": problem})
+        return False
+
+    def _post(self, body: bytes, headers: dict[str, str]) -> str | None:
+        request = urllib.request.Request(
+            self.settings.url or "", data=body, headers=headers, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.settings.timeout) as response:
+                response.read()
+            return None
+        except urllib.error.HTTPError as error:
+            if error.code == 429 or error.code >= 500:
+                return f"answered {error.code}"
+            return f"refused: answered {error.code}"
+        except (urllib.error.URLError, OSError) as error:
+            return f"unreachable: {getattr(error, 'reason', error)}"
+
+
+def batch_summary(jobs: list[Job]) -> dict[str, Any]:
+    delivered = [j for j in jobs if j.stage is Stage.DONE]
+    failed = [j for j in jobs if j.stage is Stage.FAILED]
+    qc = [j.progress.get("qc") for j in jobs]
+    seconds = sum(float(s) for j in jobs for s in j.progress.get("segment_seconds", {}).values())
+    started = min(j.created_at for j in jobs)
+    ended = max(j.updated_at for j in jobs)
+    return {
+        "jobs": len(jobs),
+        "delivered": len(delivered),
+        "failed": len(failed),
+        "cancelled": sum(j.stage is Stage.CANCELLED for j in jobs),
+        "gpu_hours": round(seconds / 3600, 4),
+        "wall_seconds": round((ended - started).total_seconds(), 1),
+        "qc": {
+            "passed": sum(1 for q in qc if q and q.get("passed")),
+            "failed": sum(1 for q in qc if q and not q.get("passed")),
+            "not_run": sum(1 for q in qc if not q),
+        },
+        "failures": [
+            {
+                "job_id": j.job_id,
+                "stage": (j.last_error or {}).get("stage"),
+                "message": str((j.last_error or {}).get("message", ""))[:200],
+            }
+            for j in failed
+        ],
+        "outputs": {j.job_id: j.progress.get("deliver", {}).get("outputs", {}) for j in delivered},
+    }
+
+
+def after_terminal(alerts: Alerter | None, job: Job) -> None:
+    """What follows a job reaching done, failed or cancelled: its failure alert, and the
+    batch's summary if it was the last one. Never raises."""
+    if alerts is None or not job.stage.is_terminal:
+        return
+    try:
+        if job.stage is Stage.FAILED:
+            alerts.job_failed(job)
+        alerts.batch_done_if_complete(job.batch)
+    except Exception as error:  # the database is away: the alert waits for the next job
+        log.warning("alert.skipped", extra={"job_id": job.job_id, "error": str(error)})
+
+
+def open_alerter(settings: Settings, machine: JobStateMachine) -> Alerter | None:
+    return Alerter(settings.webhook, machine) if settings.webhook.url else None

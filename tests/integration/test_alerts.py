@@ -1,0 +1,106 @@
+"""Webhook alerts to a real local HTTP server: a job's failure and the batch's completion
+with its summary, retried with backoff, sent once, never carrying secrets."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from factory.alerts import Alerter, WebhookSettings
+from factory.db.state import JobStateMachine
+from tests.conftest import embedded_env, run_cli
+
+TOKEN = "whk-test-token-8c1d5e"
+AWS_SECRET = "aws-secret-for-alert-test-Q7x"
+
+
+class Receiver:
+    def __init__(self, answers: list[int]) -> None:
+        self.answers = answers  # status codes to answer with, in turn; then 200
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                receiver.requests.append((dict(self.headers), body))
+                status = receiver.answers.pop(0) if receiver.answers else 200
+                self.send_response(status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/factory"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def payloads(self) -> list[dict]:
+        return [json.loads(body) for _, body in self.requests]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    made = Receiver([503])  # the first delivery attempt fails
+    yield made
+    made.server.shutdown()
+
+
+def test_failure_and_batch_completion_alerts(tmp_path: Path, receiver: Receiver) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        "batch: alerting\ndefaults: {duration: 3, fps: 8, resolution: 96x64, "
+        "segment: {frames: 8, overlap: 2}, renditions: [mobile]}\nvideos:\n"
+        "  - {id: ok, prompt: 'a harbor'}\n"
+        "  - {id: broken, prompt: 'a forest', audio: {asset: beds/missing.ogg}}\n"
+    )
+    env = {
+        **embedded_env(tmp_path / "home"),
+        "FACTORY_WEBHOOK_URL": receiver.url,
+        "FACTORY_WEBHOOK_TOKEN": TOKEN,
+        "FACTORY_WEBHOOK_BACKOFF": "0.1",
+        "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
+    }
+    done = run_cli("run", str(manifest), env=env, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr  # one job failed
+    events = [p["event"] for p in receiver.payloads()]
+    assert events == ["job.failed", "job.failed", "batch.completed"]  # first one retried
+    failed, _, completed = receiver.payloads()
+    assert failed["job_id"] == "alerting.broken" and failed["stage"] == "mux"
+    assert "beds/missing.ogg" in failed["message"] and "FAILED in mux" in failed["text"]
+    summary = completed["summary"]
+    assert (summary["delivered"], summary["failed"], summary["jobs"]) == (1, 1, 2)
+    assert summary["qc"] == {"passed": 1, "failed": 0, "not_run": 1}
+    assert summary["gpu_hours"] > 0 and summary["failures"][0]["job_id"] == "alerting.broken"
+    assert "mobile" in summary["outputs"]["alerting.ok"]
+    assert "1 delivered, 1 failed" in completed["text"]
+    for headers, body in receiver.requests:
+        assert headers["Authorization"] == f"Bearer {TOKEN}"
+        assert TOKEN.encode() not in body and AWS_SECRET.encode() not in body
+        assert headers["Content-Type"] == "application/json"
+
+    again = run_cli("run", str(manifest), env=env, timeout=300)  # cron firing twice
+    assert again.returncode == 1
+    assert [p["event"] for p in receiver.payloads()].count("batch.completed") == 1
+
+
+def test_refusals_are_not_retried_and_outages_give_up_quietly(tmp_path: Path) -> None:
+    refusing = Receiver([400, 400, 400])
+    pauses: list[float] = []
+    try:
+        settings = WebhookSettings(url=refusing.url, attempts=3, backoff=0.5)
+        alerter = Alerter(settings, JobStateMachine.__new__(JobStateMachine), pauses.append)
+        assert alerter.send({"event": "test", "text": "x"}) is False
+        assert len(refusing.requests) == 1 and pauses == []
+    finally:
+        refusing.server.shutdown()
+    gone = WebhookSettings(url="http://127.0.0.1:9/nothing", attempts=4, backoff=0.5)
+    alerter = Alerter(gone, JobStateMachine.__new__(JobStateMachine), pauses.append)
+    assert alerter.send({"event": "test", "text": "x"}) is False
+    assert pauses == [0.5, 1.0, 2.0]  # backoff doubles between the four attempts
