@@ -161,6 +161,7 @@ def manifest(
     videos: int,
     seconds_per_segment: float | None = None,
     duration: float = 6,
+    audio: str | None = None,
 ) -> Path:
     model = (
         f"{{family: timed, seconds_per_segment: {seconds_per_segment}}}"
@@ -176,6 +177,7 @@ def manifest(
         "  segment: {frames: 8, overlap: 2}",
         "  renditions: [mobile, compat]",
         f"  model: {model}",
+        *([f"  audio: {{asset: '{audio}'}}"] if audio else []),
         "videos:",
     ]
     lines += [f"  - {{id: v{i}, prompt: 'scene number {i}'}}" for i in range(videos)]

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import uuid
 from pathlib import Path
 
 import pytest
@@ -17,11 +16,6 @@ from factory.store.file import FileStore
 from factory.store.placement import HashRing
 from factory.store.s3 import S3Store
 from tests.conftest import run_cli
-
-
-@pytest.fixture
-def bucket(s3_stand) -> str:
-    return s3_stand.make_bucket(f"assets-{uuid.uuid4().hex[:10]}")
 
 
 @pytest.fixture

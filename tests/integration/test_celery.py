@@ -10,25 +10,15 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import redis
 import requests
 
 from factory.db.state import JobStateMachine
 from factory.stages import Stage
 from tests.conftest import REPO, embedded_env, run_cli
-from tests.integration.cluster import BROKER, Cluster, manifest, new_cluster, output_digests
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
-    made = new_cluster(tmp_path, pg_url)
-    yield made
-    made.stop()
-    redis.Redis.from_url(BROKER).flushdb()
+from tests.integration.cluster import BROKER, Cluster, manifest, output_digests
 
 
 def test_a_batch_over_two_gpu_workers_and_a_cpu_worker(cluster: Cluster, tmp_path: Path):

@@ -6,24 +6,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-import redis
 import requests
 
 from factory.stages import Stage
-from tests.integration.cluster import BROKER, Cluster, manifest, new_cluster
+from tests.integration.cluster import Cluster, manifest
 from tests.s3stand import free_port
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
-    made = new_cluster(tmp_path, pg_url)
-    yield made
-    made.stop()
-    redis.Redis.from_url(BROKER).flushdb()
 
 
 def wait_for(check: Callable[[], bool], timeout: float = 30, what: str = "") -> None:

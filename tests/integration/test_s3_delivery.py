@@ -6,12 +6,9 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from factory.config import Settings
 from factory.media.ffmpeg import ffmpeg_exe, run
@@ -21,21 +18,14 @@ from factory.pipeline.runner import STAGE_FUNCTIONS
 from factory.stages import Stage
 from factory.store.s3 import S3Store
 from tests.conftest import run_cli
-from tests.integration.cluster import BROKER, Cluster, new_cluster
+from tests.integration.cluster import Cluster, manifest
 
 
 @pytest.fixture
-def bucket(s3_stand) -> str:
-    return s3_stand.make_bucket(f"out-{uuid.uuid4().hex[:10]}")
-
-
-@pytest.fixture
-def cluster(tmp_path: Path, pg_url: str, s3_stand, bucket) -> Iterator[Cluster]:
-    made = new_cluster(tmp_path, pg_url)
-    made.env_overrides = s3_stand.env(f"s3://{bucket}/factory")
-    yield made
-    made.stop()
-    redis.Redis.from_url(BROKER).flushdb()
+def cluster(cluster: Cluster, s3_stand, bucket) -> Cluster:
+    """The shared cluster, on the s3 store through the gateway."""
+    cluster.env_overrides = s3_stand.env(f"s3://{bucket}/factory")
+    return cluster
 
 
 def sine_bed(s3_stand, bucket: str, tmp_path: Path) -> str:
@@ -44,23 +34,6 @@ def sine_bed(s3_stand, bucket: str, tmp_path: Path) -> str:
          "-c:a", "flac", str(bed)])  # fmt: skip
     S3Store(f"s3://{bucket}", s3_stand.settings()).put_file("beds/sine.flac", bed)
     return f"s3://{bucket}/beds/sine.flac"
-
-
-def write_manifest(path: Path, batch: str, videos: int, audio: str) -> Path:
-    lines = [
-        f"batch: {batch}",
-        "defaults:",
-        "  duration: 4",
-        "  fps: 8",
-        "  resolution: 96x64",
-        "  segment: {frames: 8, overlap: 2}",
-        "  renditions: [mobile, compat]",
-        f"  audio: {{asset: '{audio}'}}",
-        "videos:",
-    ]
-    lines += [f"  - {{id: v{i}, prompt: 'harbor at dusk {i}'}}" for i in range(videos)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def objects(s3_stand, bucket: str, prefix: str) -> dict[str, bytes]:
@@ -97,7 +70,7 @@ def test_a_quick_batch_is_delivered_through_the_gateway(cluster, s3_stand, bucke
     listed = run_cli("store", "ls", "beds", env=cluster.env).stdout.split()
     assert listed == ["beds/sea.flac"]
     audio = "beds/sea.flac"  # a key in the factory's own (s3) store
-    path = write_manifest(tmp_path / "m.yaml", "s3quick", videos=2, audio=audio)
+    path = manifest(tmp_path / "m.yaml", "s3quick", 2, duration=4, audio=audio)
     cluster.start_workers(gpus=1)
     ids = cluster.submit(path)
     jobs = cluster.wait_done(ids, timeout=300)
@@ -128,7 +101,7 @@ def test_a_gateway_outage_during_delivery_delays_it_and_loses_nothing(
     cluster, s3_stand, bucket, tmp_path
 ):
     audio = sine_bed(s3_stand, bucket, tmp_path)
-    path = write_manifest(tmp_path / "m.yaml", "outage", videos=1, audio=audio)
+    path = manifest(tmp_path / "m.yaml", "outage", 1, duration=4, audio=audio)
     cluster.env_overrides["FACTORY_STALE_AFTER"] = "3"
     # Submitted without a broker, and taken through qc in this process: the job then waits
     # in `deliver`, held by this (silent) process, as after a worker died there.

@@ -8,7 +8,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -19,11 +18,6 @@ from factory.store.s3 import S3Store
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
-
-
-@pytest.fixture
-def bucket(s3_stand) -> str:
-    return s3_stand.make_bucket(f"b-{uuid.uuid4().hex[:12]}")
 
 
 @pytest.fixture
