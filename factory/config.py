@@ -164,15 +164,22 @@ def _positive_int(env: Mapping[str, str], name: str, default: int, unit: str = "
 
 
 def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
+    value = _float(env, name, default, "a number from 0 to 1")
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"must be from 0 to 1, got {value}", field=name)
+    return value
+
+
+def _float(env: Mapping[str, str], name: str, default: float, what: str) -> float:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"must be a number from 0 to 1, got {raw!r}", field=name) from None
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"must be from 0 to 1, got {value}", field=name)
+        raise ConfigError(f"must be {what}, got {raw!r}", field=name) from None
+    if value != value or abs(value) == float("inf"):
+        raise ConfigError(f"must be a finite number, got {raw!r}", field=name)
     return value
 
 
@@ -263,15 +270,9 @@ def _s3_settings(env: Mapping[str, str], home: Path) -> S3Settings:
 
 
 def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"must be a number of seconds, got {raw!r}", field=name) from None
-    if not 0 < value < float("inf"):
-        raise ConfigError(f"must be > 0, got {raw!r}", field=name)
+    value = _float(env, name, default, "a number of seconds")
+    if value <= 0:
+        raise ConfigError(f"must be > 0, got {value}", field=name)
     return value
 
 

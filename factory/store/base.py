@@ -17,7 +17,7 @@ _PART = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 @dataclass(frozen=True)
 class ObjectInfo:
     size: int
-    sha256: str | None  # recorded at upload (s3) or computed (file); None if unknown
+    sha256: str | None  # recorded at upload (s3); None if unknown (file: size+mtime etag)
     etag: str = ""
 
 

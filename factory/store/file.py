@@ -4,7 +4,6 @@ key, and again on the resolved path, which also defeats symlinks pointing out)."
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 from collections.abc import Iterator
@@ -61,14 +60,13 @@ class FileStore:
         return self.path(key).is_file()
 
     def stat(self, key: str) -> ObjectInfo | None:
+        """Size and a size+mtime fingerprint: cheap to ask before every use of an asset (no
+        hashing of a multi-GB LoRA per job); a copy taken from here is hashed once."""
         path = self.path(key)
         if not path.is_file():
             return None
-        digest = hashlib.sha256()
-        with open(path, "rb") as fh:
-            while chunk := fh.read(1 << 20):
-                digest.update(chunk)
-        return ObjectInfo(path.stat().st_size, digest.hexdigest())
+        st = path.stat()
+        return ObjectInfo(st.st_size, None, f"{st.st_size}-{st.st_mtime_ns}")
 
     @contextmanager
     def local_path(self, key: str) -> Iterator[Path]:
