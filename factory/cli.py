@@ -19,7 +19,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from factory import __version__, cli_cluster, cli_forecast, cli_gpu, cli_qc
+from factory import __version__, cli_cluster, cli_forecast, cli_gpu, cli_qc, cli_topology
 from factory.alerts import after_terminal, open_alerter
 from factory.app import Factory
 from factory.config import Settings
@@ -558,6 +558,7 @@ def _print_json(data: Any) -> None:
 
 cli_cluster.register(app)
 cli_gpu.register(app)
+cli_topology.register()
 cli_qc.register(app)
 cli_forecast.register(app)
 

@@ -51,6 +51,12 @@ def _exec(argv: list[str], env: dict[str, str] | None = None) -> None:
 
 def worker(
     gpu: int | None = typer.Option(None, "--gpu", min=0, help="Serve this GPU (one per GPU)."),
+    gpus: str | None = typer.Option(
+        None,
+        "--gpus",
+        help="auto: a worker for every GPU nvidia-smi lists (or a list, 0,2,3), supervised "
+        "from this process; the node's topology is recorded (`factory topology`).",
+    ),
     cpu: bool = typer.Option(False, "--cpu", help="Serve the CPU stages (encode … deliver)."),
     concurrency: int = typer.Option(2, "--concurrency", min=1, help="CPU worker processes."),
     max_tasks: int = typer.Option(500, "--max-tasks-per-child", min=1),
@@ -60,15 +66,30 @@ def worker(
         "--health-port",
         min=0,
         max=65535,
-        help="Serve /livez, /readyz and /metrics on this port (docs/operations.md).",
+        help="Serve /livez, /readyz and /metrics on this port (docs/operations.md); "
+        "with --gpus, GPU i of the list on PORT+i.",
+    ),
+    cpus: str | None = typer.Option(
+        None, "--cpus", help="Run on these CPUs only, e.g. 0-31,64-95 (Linux cpulist)."
+    ),
+    pin_cpus: bool = typer.Option(
+        True, "--pin-cpus/--no-pin-cpus", help="With --gpus: each worker on its GPU's NUMA CPUs."
     ),
 ) -> None:
     """Start a Celery worker: `--gpu N` (its own queue gpu.<host>.<N> and the shared `gpu`
-    queue, one process, CUDA_VISIBLE_DEVICES=N) or `--cpu`."""
-    if (gpu is None) == (not cpu):
-        raise BadInput("give exactly one of --gpu N or --cpu", field="worker")
+    queue, one process, CUDA_VISIBLE_DEVICES=N in nvidia-smi's numbering), `--gpus auto`
+    (one such worker per GPU, supervised) or `--cpu`."""
+    if sum((gpu is not None, gpus is not None, cpu)) != 1:
+        raise BadInput("give exactly one of --gpu N, --gpus auto or --cpu", field="worker")
     settings = Settings.from_env()
     base = _celery_base(settings)
+    if gpus is not None:
+        from factory.cli_topology import run_gpu_pool
+
+        options = ["--max-tasks-per-child", str(max_tasks), "--loglevel", loglevel]
+        raise typer.Exit(run_gpu_pool(settings, gpus, options, health_port, pin_cpus))
+    if cpus:
+        _pin_to(cpus)
     host = socket.gethostname()
     name = f"gpu{gpu}" if gpu is not None else "cpu"
     health = _health_env(settings, name, health_port)
@@ -78,11 +99,30 @@ def worker(
               "-E"]  # fmt: skip
     if gpu is not None:
         queue = f"gpu.{host}.{gpu}"
+        # PCI order: CUDA's default (fastest first) may number a mixed node's GPUs unlike
+        # nvidia-smi, NVML (readiness) and the recorded topology.
+        cuda = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(gpu)}
         _exec([*base, *common, "-c", "1", "-Q", f"{queue},gpu", "-n", f"gpu{gpu}@{host}"],
-              {"CUDA_VISIBLE_DEVICES": str(gpu), "FACTORY_GPU_QUEUE": queue, **health})  # fmt: skip
+              {**cuda, "FACTORY_GPU_QUEUE": queue, **health})  # fmt: skip
     else:
         _exec([*base, *common, "-c", str(concurrency), "-Q", "cpu", "-n", f"cpu@{host}"],
               {"FACTORY_GPU_QUEUE": "", **health})  # fmt: skip
+
+
+def _pin_to(cpus: str) -> None:
+    """Keep this process (and the Celery worker it becomes) on these CPUs, as far as this
+    machine or container has them."""
+    from factory.generate.topology import parse_cpu_list
+
+    try:
+        wanted = set(parse_cpu_list(cpus))
+    except ValueError as error:
+        raise BadInput(str(error), field="--cpus") from None
+    usable = wanted & os.sched_getaffinity(0)
+    if not usable:
+        err.print(f"--cpus {cpus}: none of these CPUs is available here; not pinned")
+        return
+    os.sched_setaffinity(0, usable)
 
 
 def _health_env(settings: Settings, name: str, port: int | None) -> dict[str, str]:

@@ -55,6 +55,7 @@ class Settings:
     gpu_memory_source: str = "nvml"  # nvml | none | file:/path (docs/operations.md)
     ready_gpu_memory: float = 0.95  # above this fraction in use a GPU worker takes no work
     readiness_every: float = 2.0
+    nvidia_smi: str = "nvidia-smi"  # how `factory worker --gpus auto` reads the topology
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
 
     @property
@@ -104,6 +105,7 @@ class Settings:
             gpu_memory_source=_memory_source(env),
             ready_gpu_memory=_fraction(env, "FACTORY_READY_GPU_MEMORY", 0.95),
             readiness_every=_positive_float(env, "FACTORY_READINESS_EVERY", 2.0),
+            nvidia_smi=env.get("FACTORY_NVIDIA_SMI") or "nvidia-smi",
             webhook=_webhook(env),
             **_nodes(env),
         )

@@ -129,6 +129,17 @@ prompt_embeddings = Table(
     Index("ix_prompt_embeddings_stored", "stored"),
 )
 
+# What `factory worker --gpus auto` found on each node (nvidia-smi topo -m, parsed): the
+# NVLink groups and NUMA affinity that multi-GPU work is placed by, and each GPU's queue.
+gpu_nodes = Table(
+    "gpu_nodes",
+    metadata,
+    Column("host", String(255), primary_key=True),
+    Column("topology", Json, nullable=False),  # factory.generate.topology.Topology.to_dict()
+    Column("queues", Json, nullable=False),  # {"0": "gpu.<host>.0", …}
+    Column("recorded_at", UtcDateTime, nullable=False),
+)
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)

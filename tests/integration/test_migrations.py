@@ -12,7 +12,7 @@ from factory.db.models import metadata
 from factory.db.session import Database
 from factory.errors import SchemaNotReady
 
-TABLES = {"batches", "jobs", "job_events", "prompt_embeddings"}
+TABLES = {"batches", "jobs", "job_events", "prompt_embeddings", "gpu_nodes"}
 
 
 def tables(database: Database) -> set[str]:
