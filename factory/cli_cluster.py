@@ -55,7 +55,7 @@ def worker(
         None,
         "--gpus",
         help="auto: a worker for every GPU nvidia-smi lists (or a list, 0,2,3), supervised "
-        "from this process; the node's topology is recorded (`factory topology`).",
+        "from this process; the node's topology is recorded (`factory gpu topology`).",
     ),
     cpu: bool = typer.Option(False, "--cpu", help="Serve the CPU stages (encode … deliver)."),
     concurrency: int = typer.Option(2, "--concurrency", min=1, help="CPU worker processes."),
