@@ -86,6 +86,13 @@ def worker(
     if gpus is not None:
         from factory.cli_topology import run_gpu_pool
 
+        if cpus:
+            raise BadInput(
+                "--gpus pins each worker to its own GPU's CPUs; --cpus is for one worker "
+                "(--no-pin-cpus leaves them unpinned)",
+                field="--cpus",
+            )
+
         options = ["--max-tasks-per-child", str(max_tasks), "--loglevel", loglevel]
         raise typer.Exit(run_gpu_pool(settings, gpus, options, health_port, pin_cpus))
     if cpus:

@@ -146,6 +146,7 @@ def test_a_worker_per_gpu_with_its_topology_recorded(cluster: Cluster, tmp_path:
         (["--gpus", "auto", "--cpu"], "give exactly one of --gpu N, --gpus auto or --cpu"),
         (["--gpus", "0,x"], "'0,x': give auto or GPU numbers"),
         (["--gpus", "0,7"], "no GPU 7 on this node (it has 0,1,2,3)"),
+        (["--gpus", "auto", "--cpus", "0-3"], "--cpus is for one worker"),
     ],
 )
 def test_bad_gpu_lists_are_named(tmp_path: Path, args: list[str], message: str):
