@@ -93,7 +93,7 @@ def test_a_worker_per_gpu_with_its_topology_recorded(cluster: Cluster, tmp_path:
             wait_for(lambda i=i: live(port + i), timeout=90, what=f"GPU {i}'s worker")
 
         # Each GPU's worker consumes its own queue (and the shared one).
-        queues = Celery(broker=BROKER).control.inspect(timeout=3).active_queues() or {}
+        queues = Celery(broker=BROKER).control.inspect(timeout=10).active_queues() or {}
         for i in range(4):
             names = {q["name"] for q in queues[f"gpu{i}@{host}"]}
             assert names == {f"gpu.{host}.{i}", "gpu"}, names
