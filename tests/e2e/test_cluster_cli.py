@@ -23,7 +23,8 @@ def test_workers_need_a_broker(tmp_path: Path):
 def test_worker_needs_exactly_one_kind(tmp_path: Path):
     env = {**embedded(tmp_path), "FACTORY_BROKER_URL": "redis://127.0.0.1:6379/12"}
     result = run_cli("worker", "--gpu", "0", "--cpu", env=env)
-    assert result.returncode == 2 and "exactly one of --gpu N, --gpus auto or --cpu" in result.stderr
+    assert result.returncode == 2
+    assert "exactly one of --gpu N, --gpus auto or --cpu" in result.stderr
 
 
 def test_flower_refuses_to_start_without_auth(tmp_path: Path):
