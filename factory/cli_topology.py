@@ -52,7 +52,7 @@ def run_gpu_pool(
             argv += ["--health-port", str(health_port + position if health_port else 0)]
         if pin_cpus and found is not None and found.gpu(gpu).cpu_affinity:
             argv += ["--cpus", found.gpu(gpu).cpu_affinity]
-        children.append(Child(gpu, argv, env={}))
+        children.append(Child(gpu, argv))
     logs.configure(settings.log_format)
     err.print(f"starting {len(children)} GPU workers on {host}: GPUs {_list(selected)}")
     return GpuPool(children).run()

@@ -14,11 +14,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
-import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
@@ -34,7 +32,6 @@ GIVE_UP_AFTER = 5  # consecutive quick deaths of every child
 class Child:
     gpu: int
     argv: list[str]
-    env: dict[str, str]
     process: subprocess.Popen | None = None
     started: float = 0.0
     pause: float = FIRST_PAUSE
@@ -53,11 +50,9 @@ class GpuPool:
     def __init__(
         self,
         children: list[Child],
-        clock: Callable[[], float] = time.monotonic,
         first_pause: float = FIRST_PAUSE,
     ) -> None:
         self.children = children
-        self.clock = clock
         for child in children:
             child.pause = first_pause
         self.first_pause = first_pause
@@ -66,11 +61,10 @@ class GpuPool:
     def _start(self, child: Child) -> None:
         child.process = subprocess.Popen(
             child.argv,
-            env={**os.environ, **child.env},
             process_group=0,
             preexec_fn=_die_with_parent,  # safe here: the pool starts no threads
         )
-        child.started = self.clock()
+        child.started = time.monotonic()
         log.info("gpu_pool.started gpu=%s pid=%s", child.gpu, child.process.pid)
 
     def _signal(self, signum: int, _frame: object) -> None:
@@ -87,7 +81,7 @@ class GpuPool:
         for child in self.children:
             self._start(child)
         while True:
-            now = self.clock()
+            now = time.monotonic()
             running = 0
             for child in self.children:
                 if child.process is not None and child.process.poll() is None:

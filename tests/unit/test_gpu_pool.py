@@ -11,7 +11,7 @@ from factory.gpu_pool import GIVE_UP_AFTER, Child, GpuPool
 
 
 def test_gives_up_when_every_worker_dies_at_start():
-    children = [Child(gpu, [sys.executable, "-c", "raise SystemExit(3)"], {}) for gpu in (0, 1)]
+    children = [Child(gpu, [sys.executable, "-c", "raise SystemExit(3)"]) for gpu in (0, 1)]
     started = time.monotonic()
     assert GpuPool(children, first_pause=0.01).run(poll=0.01) == 1
     for child in children:
@@ -27,8 +27,8 @@ def test_keeps_restarting_while_one_worker_stays_up(tmp_path):
 import pathlib, time
 while not pathlib.Path({str(marker)!r}).exists():
     time.sleep(0.05)
-"""], {})  # fmt: skip
-    dying = Child(1, [sys.executable, "-c", "raise SystemExit(5)"], {})
+"""])  # fmt: skip
+    dying = Child(1, [sys.executable, "-c", "raise SystemExit(5)"])
     pool = GpuPool([lasting, dying], first_pause=0.01)
     clock_start = time.monotonic()
 
