@@ -105,7 +105,9 @@ def worker(
     common = ["worker", "-P", "prefork", f"--max-tasks-per-child={max_tasks}", "-l", loglevel,
               "-E"]  # fmt: skip
     if gpu is not None:
-        queue = f"gpu.{host}.{gpu}"
+        from tasks.queues import gpu_queue  # the CLI is the edge where factory/ meets tasks/
+
+        queue = gpu_queue(gpu, host)
         # PCI order: CUDA's default (fastest first) may number a mixed node's GPUs unlike
         # nvidia-smi, NVML (readiness) and the recorded topology.
         cuda = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(gpu)}

@@ -35,9 +35,11 @@ def run_gpu_pool(
     settings: Settings, gpus: str, options: list[str], health_port: int | None, pin_cpus: bool
 ) -> int:
     """Probe, record, then run one `factory worker --gpu N` per GPU until told to stop."""
+    from tasks.queues import gpu_queue  # the CLI is the edge where factory/ meets tasks/
+
     selected, found = _select(settings, gpus)
     host = socket.gethostname()
-    queues = {gpu: f"gpu.{host}.{gpu}" for gpu in selected}
+    queues = {gpu: gpu_queue(gpu, host) for gpu in selected}
     if found is not None:
         factory = Factory.open(settings)
         try:
@@ -70,13 +72,9 @@ def _select(settings: Settings, gpus: str) -> tuple[list[int], Topology | None]:
     try:
         wanted = sorted({int(part) for part in gpus.split(",") if part.strip()})
     except ValueError:
-        raise BadInput(
-            f"{gpus!r}: give auto or GPU numbers such as 0,1,3", field="--gpus"
-        ) from None
+        wanted = []
     if not wanted or min(wanted) < 0:
-        raise BadInput(
-            f"{gpus!r}: give auto or GPU numbers such as 0,1,3", field="--gpus"
-        ) from None
+        raise BadInput(f"{gpus!r}: give auto or GPU numbers such as 0,1,3", field="--gpus")
     try:
         found = probe(settings.nvidia_smi)
     except TopologyError as error:
