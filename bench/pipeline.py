@@ -36,12 +36,12 @@ from factory.media.ffmpeg import QUIET, RawVideoWriter, ffmpeg_exe, run  # noqa:
 from factory.media.intermediate import write_segment  # noqa: E402
 from factory.media.presets import PRESETS, encode_argv  # noqa: E402
 from factory.media.probe import probe  # noqa: E402
+from factory.pipeline import files  # noqa: E402
 from factory.pipeline.context import StageContext  # noqa: E402
 from factory.pipeline.encode import encode_chunk, plan_chunks, run_encode  # noqa: E402
 from factory.pipeline.generate import run_generate, video_plan  # noqa: E402
 from factory.pipeline.runner import run_job  # noqa: E402
 from factory.stitch import stitch  # noqa: E402
-from factory.store import keys  # noqa: E402
 from factory.store.file import FileStore  # noqa: E402
 from factory.submit import submit  # noqa: E402
 
@@ -73,7 +73,7 @@ def encode_overhead(home: Path, duration: float) -> dict:
     _, ctx, job = setup(home, manifest("enc", duration))
     job = run_generate(ctx, job)
     video = job.video
-    segments = [(ctx.store.path(keys.segment(video.batch, video.video_id, p.index)), p.write_count)
+    segments = [(ctx.store.path(files.segment(job, p.index)), p.write_count)
                 for p in video_plan(video)]  # fmt: skip
     listing = home / "all.ffconcat"
     listing.write_text(ffconcat(segments, FPS))
@@ -88,7 +88,7 @@ def encode_overhead(home: Path, duration: float) -> dict:
     for name in RENDITIONS:
         started = time.perf_counter()
         for chunk in chunks:
-            encode_chunk(ctx, video, chunk, name)
+            encode_chunk(ctx, job, chunk, name)
         factory_times[name] = time.perf_counter() - started
     started = time.perf_counter()
     ctx.machine.checkpoint(

@@ -20,7 +20,11 @@ class Factory:
 
     @classmethod
     def open(cls, settings: Settings, *, check_schema: bool = True) -> Factory:
-        database = Database(settings.database_url)
+        database = Database(
+            settings.database_url,
+            statement_timeout=settings.db_statement_timeout,
+            idle_timeout=settings.db_idle_timeout,
+        )
         if check_schema:
             # The embedded SQLite database migrates itself; a shared one is upgraded on purpose.
             ensure_schema(database, auto_upgrade=settings.is_embedded_database)

@@ -146,11 +146,18 @@ def _health_env(settings: Settings, name: str, port: int | None) -> dict[str, st
 
 
 def beat() -> None:
-    """Start Celery beat: runs the sweeper every FACTORY_SWEEP_EVERY seconds (run only one)."""
+    """Start Celery beat: runs the sweeper every FACTORY_SWEEP_EVERY seconds (run only one).
+
+    Beat runs inside a one-process worker that consumes only the `control` queue, so a sweep
+    is never stuck behind encodes on the CPU workers (a sweep not started within its period
+    expires; the next one replaces it)."""
     settings = Settings.from_env()
     settings.home.mkdir(parents=True, exist_ok=True)
-    _exec([*_celery_base(settings), "beat", "-l", "info",
-           "--schedule", str(settings.home / "celerybeat-schedule")])  # fmt: skip
+    host = socket.gethostname()
+    _exec([*_celery_base(settings), "worker", "-B", "-P", "solo", "-Q", "control",
+           "-n", f"control@{host}", "-l", "info",
+           "--schedule", str(settings.home / "celerybeat-schedule")],
+          {"FACTORY_GPU_QUEUE": ""})  # fmt: skip
 
 
 def flower(

@@ -57,6 +57,9 @@ class Settings:
     readiness_every: float = 2.0
     nvidia_smi: str = "nvidia-smi"  # how `factory worker --gpus auto` reads the topology
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
+    give_up_after: int = 3600  # seconds of interruptions without progress before a job fails
+    db_statement_timeout: int = 60  # seconds; PostgreSQL statement_timeout (0: none)
+    db_idle_timeout: int = 60  # seconds; idle_in_transaction_session_timeout (0: none)
 
     @property
     def memory_policy(self) -> MemoryPolicy:
@@ -107,12 +110,22 @@ class Settings:
             readiness_every=_positive_float(env, "FACTORY_READINESS_EVERY", 2.0),
             nvidia_smi=env.get("FACTORY_NVIDIA_SMI") or "nvidia-smi",
             webhook=_webhook(env),
+            give_up_after=_positive_int(env, "FACTORY_GIVE_UP_AFTER", 3600),
+            db_statement_timeout=_whole(env, "FACTORY_DB_STATEMENT_TIMEOUT", 60),
+            db_idle_timeout=_whole(env, "FACTORY_DB_IDLE_TIMEOUT", 60),
             **_nodes(env),
         )
         settings._check_schemes()
         return settings
 
     def _check_schemes(self) -> None:
+        if self.stale_after < 3 * self.heartbeat_every:
+            raise ConfigError(
+                f"must be at least 3 times FACTORY_HEARTBEAT_EVERY ({self.heartbeat_every} s), "
+                f"got {self.stale_after}: a live job whose beat is a little late would be "
+                "taken from its worker",
+                field="FACTORY_STALE_AFTER",
+            )
         scheme = self.database_url.split(":", 1)[0].split("+", 1)[0]
         if scheme not in _SUPPORTED_DATABASES:
             raise ConfigError(
@@ -162,6 +175,20 @@ def _positive_int(env: Mapping[str, str], name: str, default: int, unit: str = "
         raise ConfigError(f"must be a whole number of {unit}, got {raw!r}", field=name) from None
     if value <= 0:
         raise ConfigError(f"must be > 0, got {value}", field=name)
+    return value
+
+
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    """Seconds, where 0 means no limit."""
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"must be a whole number of seconds, got {raw!r}", field=name) from None
+    if value < 0:
+        raise ConfigError(f"must be >= 0 (0: no limit), got {value}", field=name)
     return value
 
 

@@ -61,11 +61,28 @@ class JsonFormatter(logging.Formatter):
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [job=%(job_id)s trace=%(trace_id)s] %(message)s"
 
 
+class TextFormatter(logging.Formatter):
+    """The plain line, then the record's fields (`reason=…`, `error=…`): an operator reading
+    a worker's log sees why, not only what."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        fields = {k: v for k, v in vars(record).items() if k not in _STANDARD}
+        if fields:
+            line += " " + " ".join(f"{k}={_short(v)}" for k, v in fields.items())
+        return line
+
+
+def _short(value: object) -> str:
+    text = str(value).replace("\n", " ")
+    return json.dumps(text[:300]) if (" " in text or not text) else text[:300]
+
+
 def configure(fmt: str = "text", level: int = logging.INFO) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(_ContextFilter())
     handler.addFilter(RedactingFilter())
-    handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

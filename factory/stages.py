@@ -65,7 +65,16 @@ def order(stage: Stage) -> int:
 
 # What each stage writes into `progress`; a requeue from a stage clears it and everything after.
 STAGE_KEYS: dict[Stage, tuple[str, ...]] = {
-    Stage.GENERATE: ("frame", "segments", "segment_seconds", "anchor", "memory", "seams", "colour"),
+    Stage.GENERATE: (
+        "frame",
+        "segments",
+        "segment_seconds",
+        "segment_attempts",
+        "anchor",
+        "memory",
+        "seams",
+        "colour",
+    ),
     Stage.ENCODE: ("encode",),
     Stage.MUX: ("mux",),
     Stage.QC: ("qc",),

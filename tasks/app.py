@@ -12,7 +12,7 @@ from celery import Celery
 from kombu import Queue
 
 from factory.config import Settings
-from tasks.queues import CPU, GPU_SHARED
+from tasks.queues import CONTROL, CPU, GPU_SHARED
 
 TWELVE_HOURS = 12 * 3600
 
@@ -31,10 +31,18 @@ def make_app(settings: Settings) -> Celery:
         broker_connection_retry_on_startup=True,
         broker_transport_options={"visibility_timeout": TWELVE_HOURS},
         task_default_queue=CPU,
-        task_queues=[Queue(GPU_SHARED), Queue(CPU)],
-        task_routes={"factory.generate_segment": {"queue": GPU_SHARED}},
+        task_queues=[Queue(GPU_SHARED), Queue(CPU), Queue(CONTROL)],
+        task_routes={
+            "factory.generate_segment": {"queue": GPU_SHARED},
+            "factory.sweep": {"queue": CONTROL},
+        },
         beat_schedule={
-            "sweep": {"task": "factory.sweep", "schedule": float(settings.sweep_every)},
+            "sweep": {
+                "task": "factory.sweep",
+                "schedule": float(settings.sweep_every),
+                # A sweep not started within its period is dropped: the next one replaces it.
+                "options": {"queue": CONTROL, "expires": float(settings.sweep_every)},
+            },
         },
         task_soft_time_limit=settings.segment_time_limit,
         task_time_limit=settings.segment_time_limit + 60,

@@ -1,6 +1,7 @@
 """Looking into the Redis broker: which jobs still have a message waiting in a queue.
 
-The sweeper leaves those alone: a job waiting for a free GPU is not stale. A message in a
+The sweeper leaves those alone: a job waiting for a free GPU is not stale. Only a message that
+can advance the job's current stage, with the job's current attempt, counts. A message in a
 GPU worker's own queue only counts while that worker is alive (its alive key exists);
 otherwise nobody will ever take it, and the job is swept onto the shared queue.
 """
@@ -42,11 +43,30 @@ def live_queues(conn: redis.Redis) -> list[str]:
     return [GPU_SHARED, CPU, *alive]
 
 
-def waiting_job_ids(broker_url: str) -> set[str]:
+def advancing(raw: bytes, headers: dict) -> tuple[str, str, int] | None:
+    """(job, stage, attempt) of a message that can advance a job's stage: a segment message
+    or a CPU stage link that carries its fencing token. A chunk encode cannot, nor can a
+    link sent before links carried tokens (it is dropped or superseded all the same)."""
+    task = headers.get("task")
+    if task not in ("factory.generate_segment", "factory.cpu_stage"):
+        return None
+    try:
+        args = message_args(raw)
+    except (ValueError, KeyError, IndexError, TypeError):
+        return None
+    if task == "factory.generate_segment" and len(args) == 2:
+        return str(args[0]), "generate", int(args[1])
+    if task == "factory.cpu_stage" and len(args) == 3:
+        return str(args[0]), str(args[1]), int(args[2])
+    return None
+
+
+def waiting_messages(broker_url: str) -> list[tuple[str, str, int]]:
+    """Every waiting message that can advance a job, from the queues someone consumes."""
     conn = client(broker_url)
-    return {
-        headers["job_id"]
-        for queue in live_queues(conn)
-        for _, headers in messages(conn, queue)
-        if headers.get("job_id")
-    }
+    found = []
+    for queue in live_queues(conn):
+        for raw, headers in messages(conn, queue):
+            if (key := advancing(raw, headers)) is not None:
+                found.append(key)
+    return found

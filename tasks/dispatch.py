@@ -26,17 +26,22 @@ def send_segment(app: Celery, job: Job, queue: str = GPU_SHARED) -> None:
 
 
 def send_cpu_chain(app: Celery, job: Job) -> None:
-    """encode → mux → qc → deliver from the job's stage on; each link records its stage."""
+    """encode → mux → qc → deliver from the job's stage on; each link records its stage.
+
+    Each link carries its fencing token: the attempt it will claim. The first link claims the
+    job's current attempt, and each claim adds one, so link i expects ``attempt + i``; any
+    other claim in between (an operator, the sweeper) makes the rest of the chain stale,
+    and a stale link is dropped instead of taking the job from its holder."""
     remaining = CPU_STAGES[CPU_STAGES.index(job.stage) :]
     links = [
         app.signature(
             "factory.cpu_stage",
-            args=[job.job_id, stage.value],
+            args=[job.job_id, stage.value, job.attempt + i],
             immutable=True,
             queue=CPU,
             headers=headers(job),
         )
-        for stage in remaining
+        for i, stage in enumerate(remaining)
     ]
     chain(*links).apply_async(headers=headers(job))
 

@@ -15,14 +15,13 @@ from factory.alerts import after_terminal
 from factory.errors import PermanentError, RetryableError, StaleAttempt
 from factory.heartbeat import Heartbeat
 from factory.pipeline.deliver import run_deliver
+from factory.pipeline.encode import chunk_key, chunk_ready, plan_chunks, run_encode
 from factory.pipeline.encode import encode_chunk as encode_one_chunk
-from factory.pipeline.encode import plan_chunks, run_encode
 from factory.pipeline.generate import generate_segment as make_segment
 from factory.pipeline.generate import next_segment
 from factory.pipeline.mux import run_mux
 from factory.pipeline.qc import run_qc
 from factory.stages import Stage, order
-from factory.store import keys
 from tasks import (
     broker,
     dispatch,
@@ -50,6 +49,7 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
         job = rt.machine.claim(job_id, seen_attempt=seen_attempt, worker=rt.worker)
     except StaleAttempt as exc:  # a duplicate or superseded message: nothing to do
         log.info("segment.skipped", extra={"job_id": job_id, "reason": exc.reason})
+        _dropped(job_id, "generate", seen_attempt, exc.reason)
         return
     if job.stage not in (Stage.QUEUED, Stage.GENERATE):
         dispatch.dispatch(app, job)
@@ -57,7 +57,7 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
     try:
         if job.stage is Stage.QUEUED:
             job = rt.machine.transition(job_id, attempt=job.attempt, to=Stage.GENERATE)
-        with Heartbeat(rt.machine, job_id, job.attempt, rt.settings.heartbeat_every):
+        with _heartbeat(rt, job):
             job, rt.warm = make_segment(rt.ctx, job, rt.warm)
         done = job.progress["segments"][-1] if job.progress["segments"] else None
         log.info("segment.done", extra={"segment": done, "attempt": job.attempt})
@@ -85,11 +85,21 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
 
 
 @app.task(name="factory.cpu_stage", bind=True, acks_late=False)
-def cpu_stage(self, job_id: str, stage_name: str) -> None:
-    """One link of encode → mux → qc → deliver; stops the chain if the job is elsewhere."""
+def cpu_stage(self, job_id: str, stage_name: str, attempt: int | None = None) -> None:
+    """One link of encode → mux → qc → deliver; stops the chain if the job is elsewhere.
+
+    ``attempt`` is the link's fencing token (tasks.dispatch): a link whose token is not the
+    job's attempt is a stale duplicate and is dropped, with an event, without touching the
+    job. (Links sent before tokens existed carry none and claim what they find.)"""
     rt = runtime()
     stage = Stage(stage_name)
     job = rt.machine.get(job_id)
+    if attempt is not None and job.attempt != attempt:
+        self.request.chain = None
+        reason = f"the job is at attempt {job.attempt} in {job.stage.value}"
+        log.info("stage.dropped", extra={"job_id": job_id, "stage": stage_name, "reason": reason})
+        _dropped(job_id, stage_name, attempt, reason)
+        return
     if job.stage is not stage:
         behind = not job.stage.is_terminal and order(job.stage) < order(stage)
         if behind or job.stage.is_terminal:
@@ -100,7 +110,7 @@ def cpu_stage(self, job_id: str, stage_name: str) -> None:
         return
     try:
         job = rt.machine.claim(job_id, seen_attempt=job.attempt, worker=rt.worker)
-        with Heartbeat(rt.machine, job_id, job.attempt, rt.settings.heartbeat_every):
+        with _heartbeat(rt, job):
             job = CPU_STAGE_FUNCTIONS[stage](rt.ctx, job)
         after_terminal(rt.ctx.alerts, job)  # done: the batch may be complete
     except StaleAttempt as exc:
@@ -126,21 +136,21 @@ def encode_chunk(job_id: str, chunk_index: int) -> None:
     job = rt.machine.get(job_id)
     if job.stage.is_terminal:
         return
-    video = job.video
-    chunk = plan_chunks(video)[chunk_index]
-    for rendition in video.renditions:
-        if not rt.ctx.store.exists(keys.chunk(video.batch, video.video_id, rendition, chunk_index)):
-            encode_one_chunk(rt.ctx, video, chunk, rendition)
+    chunk = plan_chunks(job.video)[chunk_index]
+    if not chunk_ready(job, chunk):  # redone since it was sent: a later message will come
+        return
+    for rendition in job.video.renditions:
+        if not rt.ctx.store.exists(chunk_key(job, chunk, rendition)):
+            encode_one_chunk(rt.ctx, job, chunk, rendition)
 
 
 @app.task(name="factory.sweep", acks_late=False)
 def sweep() -> dict[str, list[str]]:
     """Resume every job that went quiet: from its recorded stage and segment."""
     rt = runtime()
-    waiting = broker.waiting_job_ids(rt.settings.broker_url or "")
     claimed, failed = rt.machine.claim_stale(
         stale_after=rt.settings.stale_after,
-        waiting=waiting,
+        waiting=lambda: broker.waiting_messages(rt.settings.broker_url or ""),
         max_recoveries=rt.settings.max_recoveries,
         worker=f"{rt.worker} (sweeper)",
     )
@@ -159,15 +169,56 @@ def _own_queue_alive(rt: Runtime) -> bool:
     return bool(rt.broker.exists(ALIVE_PREFIX + rt.own_queue))
 
 
-def _interrupt(job_id: str, attempt: int, exc: Exception) -> None:
-    """Hand the job back with the reason; the sweeper resumes it. If the database is what
-    is down, the job is left claimed and the sweeper recovers it all the same."""
+def _heartbeat(rt: Runtime, job) -> Heartbeat:
+    return Heartbeat(rt.machine, job.job_id, job.attempt, rt.settings.heartbeat_every,
+                     stale_after=rt.settings.stale_after)  # fmt: skip
+
+
+def _dropped(job_id: str, stage: str, attempt: int, reason: str) -> None:
+    """A message that could not take the job, on its timeline."""
     try:
-        runtime().machine.interrupt(job_id, attempt=attempt, reason=str(exc) or type(exc).__name__)
+        runtime().machine.note(
+            job_id, "message.dropped", {"stage": stage, "attempt": attempt, "reason": reason}
+        )
+    except Exception as problem:  # the event is for people; the drop stands without it
+        log.warning("job.drop_not_recorded", extra={"job_id": job_id, "error": str(problem)})
+
+
+def _advice(exc: Exception) -> str:
+    settings = runtime().settings
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return (
+            f"each try ran past FACTORY_SEGMENT_TIME_LIMIT ({settings.segment_time_limit} s, "
+            "a cold model load included): raise it or make the segments shorter"
+        )
+    if isinstance(exc, (OperationalError, RedisError)):
+        return "the broker kept failing: check FACTORY_BROKER_URL and Redis"
+    return "fix the cause named above, then `factory requeue` continues where it stopped"
+
+
+def _interrupt(job_id: str, attempt: int, exc: Exception) -> None:
+    """Hand the job back with the reason; the sweeper resumes it. Past FACTORY_GIVE_UP_AFTER
+    of interruptions without progress the job fails instead, and the failure is alerted. If
+    the database is what is down, the job is left claimed and the sweeper recovers it."""
+    rt = runtime()
+    try:
+        job = rt.machine.interrupt(
+            job_id,
+            attempt=attempt,
+            reason=str(exc) or type(exc).__name__,
+            kind=type(exc).__name__,
+            give_up_after=rt.settings.give_up_after,
+            advice=_advice(exc),
+        )
     except StaleAttempt:
-        pass
+        return
     except Exception as problem:
         log.warning("job.interrupt_not_recorded", extra={"job_id": job_id, "error": str(problem)})
+        return
+    if job.stage is Stage.FAILED:
+        message = (job.last_error or {}).get("message", "")
+        log.error("job.failed", extra={"job_id": job_id, "kind": "NoProgress", "error": message})
+        after_terminal(rt.ctx.alerts, job)
 
 
 def _fail(job_id: str, attempt: int, exc: Exception, internal: bool = False) -> None:

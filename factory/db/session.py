@@ -9,15 +9,20 @@ from typing import Any
 
 from sqlalchemy import Connection, create_engine, event
 from sqlalchemy.engine import Engine, make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import InternalError, OperationalError
 
 from factory.errors import RetryableError
 
 
 class Database:
-    def __init__(self, url: str) -> None:
+    """``statement_timeout`` and ``idle_timeout`` (seconds, PostgreSQL only): no statement
+    waits longer than that for a lock or anything else, and a session left idle inside a
+    transaction (a frozen worker holding a row lock) is ended by the server, so it cannot
+    hide a job from the sweeper or block cancel and requeue for ever."""
+
+    def __init__(self, url: str, *, statement_timeout: int = 0, idle_timeout: int = 0) -> None:
         self.url = url
-        self.engine = _make_engine(url)
+        self.engine = _make_engine(url, statement_timeout, idle_timeout)
 
     @property
     def dialect(self) -> str:
@@ -29,7 +34,9 @@ class Database:
         try:
             with self.engine.begin() as conn:
                 yield conn
-        except OperationalError as exc:
+        except (OperationalError, InternalError) as exc:
+            # InternalError: e.g. a read-only transaction during a failover, a session the
+            # server ended (idle_in_transaction_session_timeout): the next try may work.
             raise RetryableError(f"database unavailable: {_first_line(exc)}") from exc
 
     @contextmanager
@@ -45,7 +52,7 @@ class Database:
         self.engine.dispose()
 
 
-def _make_engine(url: str) -> Engine:
+def _make_engine(url: str, statement_timeout: int = 0, idle_timeout: int = 0) -> Engine:
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
@@ -54,7 +61,16 @@ def _make_engine(url: str) -> Engine:
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin_immediate)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    options = [
+        f"-c {name}={seconds * 1000}"
+        for name, seconds in (
+            ("statement_timeout", statement_timeout),
+            ("idle_in_transaction_session_timeout", idle_timeout),
+        )
+        if seconds
+    ]
+    connect_args = {"options": " ".join(options)} if options else {}
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, update
+from sqlalchemy import Connection, func, insert, select, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
 from factory.db.models import batches, job_events, jobs, utcnow
@@ -38,6 +38,8 @@ from factory.stages import (
 )
 
 Clock = Callable[[], datetime]
+# (job_id, stage, attempt) of a message waiting in the broker that would advance that job
+WaitingMessage = tuple[str, str, int]
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,10 @@ class Job:
     @property
     def video(self) -> VideoSpec:
         return VideoSpec.from_dict(self.spec)
+
+    @property
+    def video_id(self) -> str:
+        return str(self.spec["video_id"])
 
     @classmethod
     def from_row(cls, row: Any) -> Job:
@@ -90,9 +96,22 @@ class Created:
 
 
 class JobStateMachine:
-    def __init__(self, database: Database, clock: Clock = utcnow) -> None:
+    """Writes take their timestamps from the database's clock (PostgreSQL's
+    ``clock_timestamp()``), not the writer's: heartbeats written on one node are compared with
+    the sweeper's threshold on another, and a node whose clock is off by minutes must neither
+    look dead nor keep a dead job looking alive. SQLite (embedded: one machine) uses the local
+    clock. Tests may pass a ``clock`` to drive time themselves."""
+
+    def __init__(self, database: Database, clock: Clock | None = None) -> None:
         self.database = database
         self.clock = clock
+
+    def now(self, conn: Connection) -> datetime:
+        if self.clock is not None:
+            return self.clock()
+        if conn.dialect.name == "postgresql":
+            return conn.execute(select(func.clock_timestamp())).scalar_one()
+        return utcnow()
 
     # --- reading -----------------------------------------------------------------
 
@@ -112,7 +131,7 @@ class JobStateMachine:
             done = conn.execute(
                 update(batches)
                 .where(batches.c.batch == batch, batches.c.notified_at.is_(None))
-                .values(notified_at=self.clock())
+                .values(notified_at=self.now(conn))
             )
             return done.rowcount == 1
 
@@ -144,7 +163,7 @@ class JobStateMachine:
         concurrent submitters of the same manifest wait on each other and create each job
         once); the caller compares ``spec_sha256`` to tell a resubmission from a conflict.
         """
-        now = self.clock()
+        now = self.now(conn)
         videos = list(videos)
         insert_for = _insert_for(conn)
         for batch_name in dict.fromkeys(v.batch for v in videos):
@@ -198,7 +217,7 @@ class JobStateMachine:
     def claim(self, job_id: str, *, seen_attempt: int, worker: str) -> Job:
         """Take the job for a new attempt; the returned job's ``attempt`` is the caller's token."""
         with self.database.transaction() as conn:
-            now = self.clock()
+            now = self.now(conn)
             result = conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.attempt == seen_attempt)
@@ -222,13 +241,14 @@ class JobStateMachine:
             job = self._held(conn, job_id, attempt)
             if not is_legal(job.stage, to):
                 raise IllegalTransition(job_id, job.stage.value, to.value)
-            now = self.clock()
+            now = self.now(conn)
             progress = _with_timing(job.progress, job.stage, to, now)
             values: dict[str, Any] = {
                 "stage": to.value,
                 "progress": progress,
                 "updated_at": now,
                 "heartbeat_at": now,
+                "recoveries": 0,  # counted since the last progress, not over the job's life
             }
             if to in (Stage.FAILED, Stage.CANCELLED):
                 values["stopped_stage"] = job.stage.value
@@ -254,15 +274,18 @@ class JobStateMachine:
         event: str | None = None,
         detail: dict[str, Any] | None = None,
     ) -> Job:
-        """Replace top-level progress keys; optionally record an event on the timeline."""
+        """Replace top-level progress keys; optionally record an event on the timeline.
+
+        Recording work (non-empty ``updates``) is progress: the counts of recoveries and
+        interruptions start again from zero."""
         with self.database.transaction() as conn:
             job = self._held(conn, job_id, attempt)
-            now = self.clock()
-            values = {
-                "progress": {**job.progress, **updates},
-                "updated_at": now,
-                "heartbeat_at": now,
-            }
+            now = self.now(conn)
+            progress = {**job.progress, **updates}
+            values: dict[str, Any] = {"progress": progress, "updated_at": now, "heartbeat_at": now}
+            if updates:
+                progress.pop("interrupted", None)
+                values["recoveries"] = 0
             self._fenced_update(conn, job_id, attempt, values, expected_stage=job.stage)
             if event:
                 self._event(conn, job_id, job.stage, event, attempt, job.trace_id, detail or {})
@@ -270,7 +293,7 @@ class JobStateMachine:
 
     def heartbeat(self, job_id: str, *, attempt: int) -> None:
         with self.database.transaction() as conn:
-            now = self.clock()
+            now = self.now(conn)
             result = conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.attempt == attempt)
@@ -294,40 +317,51 @@ class JobStateMachine:
             job = self._held(conn, job_id, attempt)
             if not is_legal(job.stage, Stage.FAILED):
                 raise IllegalTransition(job_id, job.stage.value, Stage.FAILED.value)
-            now = self.clock()
-            message = redact(message)
-            error = {
-                "stage": job.stage.value,
-                "kind": kind,
-                "message": message,
-                "at": now.isoformat(),
-                "attempt": attempt,
-                **(detail or {}),
-            }
-            values = {
-                "stage": Stage.FAILED.value,
-                "stopped_stage": job.stage.value,
-                "last_error": error,
-                "updated_at": now,
-                "progress": _with_timing(job.progress, job.stage, Stage.FAILED, now),
-            }
-            self._fenced_update(conn, job_id, attempt, values, expected_stage=job.stage)
-            self._event(
-                conn,
-                job_id,
-                Stage.FAILED,
-                "failed",
-                attempt,
-                job.trace_id,
-                {"from": job.stage.value, "kind": kind, "message": message, **(detail or {})},
-            )
-            return self._read(conn, job_id)
+            return self._fail_held(conn, job, self.now(conn), kind, message, detail or {})
+
+    def _fail_held(
+        self,
+        conn: Connection,
+        job: Job,
+        now: datetime,
+        kind: str,
+        message: str,
+        detail: dict[str, Any],
+    ) -> Job:
+        message = redact(message)
+        error = {
+            "stage": job.stage.value,
+            "kind": kind,
+            "message": message,
+            "at": now.isoformat(),
+            "attempt": job.attempt,
+            **detail,
+        }
+        values = {
+            "stage": Stage.FAILED.value,
+            "stopped_stage": job.stage.value,
+            "last_error": error,
+            "updated_at": now,
+            "progress": _with_timing(job.progress, job.stage, Stage.FAILED, now),
+        }
+        self._fenced_update(conn, job.job_id, job.attempt, values, expected_stage=job.stage)
+        self._event(
+            conn,
+            job.job_id,
+            Stage.FAILED,
+            "failed",
+            job.attempt,
+            job.trace_id,
+            {"from": job.stage.value, "kind": kind, "message": message, **detail},
+            at=now,
+        )
+        return self._read(conn, job.job_id)
 
     def release(self, job_id: str, *, attempt: int, reason: str) -> Job:
         """The holder hands the job back (a worker shutting down): no one holds it now."""
         with self.database.transaction() as conn:
             job = self._held(conn, job_id, attempt)
-            now = self.clock()
+            now = self.now(conn)
             self._fenced_update(
                 conn, job_id, attempt,
                 {"claimed_by": None, "heartbeat_at": None, "updated_at": now},
@@ -337,23 +371,48 @@ class JobStateMachine:
                         {"reason": reason, "worker": job.claimed_by})  # fmt: skip
             return self._read(conn, job_id)
 
-    def interrupt(self, job_id: str, *, attempt: int, reason: str) -> Job:
-        """The holder stops on an infrastructure fault (a store or gateway down): the job keeps
-        its stage and progress, no one holds it, and the sweeper resumes it after
-        FACTORY_STALE_AFTER. Unlike a crash this does not count toward FACTORY_MAX_RECOVERIES,
-        so an outage delays the job and loses nothing. `progress.interrupted` says why."""
+    def interrupt(
+        self,
+        job_id: str,
+        *,
+        attempt: int,
+        reason: str,
+        kind: str = "RetryableError",
+        give_up_after: float | None = None,
+        advice: str = "",
+    ) -> Job:
+        """The holder stops on an infrastructure fault (a store or gateway down, a time limit):
+        the job keeps its stage and progress, no one holds it, and the sweeper resumes it after
+        FACTORY_STALE_AFTER. `progress.interrupted` says why, since when and how often.
+
+        Interruptions are bounded by time without progress: once the job has been interrupted
+        for ``give_up_after`` seconds with no work recorded in between, it fails with the
+        fault's kind and the advice (a fault that never heals must not loop all night). Any
+        recorded progress starts the count again, so a long outage that ends costs nothing."""
         with self.database.transaction() as conn:
             job = self._held(conn, job_id, attempt)
-            now = self.clock()
+            now = self.now(conn)
             reason = redact(reason)[:1000]
             before = job.progress.get("interrupted") or {}
-            count = before.get("count", 0) + 1 if before.get("stage") == job.stage.value else 1
+            count = before.get("count", 0) + 1
+            since = before.get("since") or now.isoformat()
+            waited = (now - datetime.fromisoformat(since)).total_seconds()
+            if give_up_after is not None and count > 1 and waited >= give_up_after:
+                message = (
+                    f"interrupted {count} times in {waited / 60:.0f} min without progress "
+                    f"(FACTORY_GIVE_UP_AFTER={give_up_after:.0f} s); last: {reason}"
+                    + (f". {advice}" if advice else "")
+                )
+                detail = {"interruptions": count, "since": since, "fault": kind}
+                return self._fail_held(conn, job, now, "NoProgress", message, detail)
             progress = {
                 **job.progress,
                 "interrupted": {
                     "stage": job.stage.value,
                     "reason": reason,
+                    "kind": kind,
                     "at": now.isoformat(),
+                    "since": since,
                     "count": count,
                 },
             }
@@ -364,41 +423,65 @@ class JobStateMachine:
                 expected_stage=job.stage,
             )  # fmt: skip
             self._event(conn, job_id, job.stage, "interrupted", attempt, job.trace_id,
-                        {"reason": reason, "worker": job.claimed_by, "count": count})  # fmt: skip
+                        {"reason": reason, "kind": kind, "worker": job.claimed_by,
+                         "count": count}, at=now)  # fmt: skip
             return self._read(conn, job_id)
+
+    def note(self, job_id: str, event: str, detail: dict[str, Any]) -> None:
+        """An entry on the job's timeline that changes nothing else (a dropped stale message)."""
+        with self.database.transaction() as conn:
+            job = self._read(conn, job_id)
+            self._event(conn, job_id, job.stage, event, job.attempt, job.trace_id, detail)
 
     def claim_stale(
         self,
         *,
         stale_after: float,
-        waiting: set[str],
+        waiting: Callable[[], Iterable[WaitingMessage]],
         max_recoveries: int,
         worker: str,
         limit: int = 100,
     ) -> tuple[list[Job], list[Job]]:
         """The sweeper's claim: active jobs without a heartbeat for ``stale_after`` seconds.
 
-        Jobs in ``waiting`` (their message still sits in a broker queue) are left alone.
-        ``SELECT … FOR UPDATE SKIP LOCKED`` lets two sweepers run at once: each stale job
-        goes to one of them. A job past ``max_recoveries`` automatic recoveries is failed.
-        Returns (claimed, failed); a claimed job's ``attempt`` is the dispatch token.
+        A job whose next step waits in a broker queue is left alone: ``waiting()`` lists the
+        (job, stage, attempt) of every waiting message, read only when some job is stale,
+        and only a message for the job's own stage and current attempt counts (a chunk
+        encode, a stale duplicate or a link for a later stage cannot advance it). They are
+        excluded in SQL, before the LIMIT, so no backlog of waiting jobs can hide a crashed
+        one. ``SELECT … FOR UPDATE SKIP LOCKED`` lets two sweepers run at once: each stale
+        job goes to one of them. A job past ``max_recoveries`` automatic recoveries since its
+        last progress is failed. Returns (claimed, failed); a claimed job's ``attempt`` is
+        the dispatch token.
         """
-        now = self.clock()
-        cutoff = now - timedelta(seconds=stale_after)
         last_sign = func.coalesce(jobs.c.heartbeat_at, jobs.c.updated_at)
+        active = jobs.c.stage.in_([s.value for s in ACTIVE])
         claimed, failed = [], []
         with self.database.transaction() as conn:
-            rows = conn.execute(
+            now = self.now(conn)
+            cutoff = now - timedelta(seconds=stale_after)
+            stale = select(jobs.c.job_id).where(active, last_sign < cutoff).limit(1)
+            if conn.execute(stale).first() is None:
+                return [], []
+            advancing = set()
+            for job_id, stage, attempt in waiting():
+                advancing.add((job_id, stage, attempt))
+                if stage == Stage.GENERATE.value:  # a segment message also starts a queued job
+                    advancing.add((job_id, Stage.QUEUED.value, attempt))
+            query = (
                 select(jobs)
-                .where(jobs.c.stage.in_([s.value for s in ACTIVE]), last_sign < cutoff)
-                .order_by(jobs.c.created_at)
+                .where(active, last_sign < cutoff)
+                .order_by(jobs.c.created_at, jobs.c.job_id)
                 .limit(limit)
                 .with_for_update(skip_locked=True)
-            ).all()
+            )
+            if advancing:
+                query = query.where(
+                    ~tuple_(jobs.c.job_id, jobs.c.stage, jobs.c.attempt).in_(sorted(advancing))
+                )
+            rows = conn.execute(query).all()
             for row in rows:
                 job = Job.from_row(row)
-                if job.job_id in waiting:
-                    continue
                 quiet = round((now - (job.heartbeat_at or job.updated_at)).total_seconds())
                 crashed = job.claimed_by is not None  # released or interrupted jobs did not
                 if crashed and job.recoveries >= max_recoveries:
@@ -413,7 +496,7 @@ class JobStateMachine:
                 )  # fmt: skip
                 self._event(conn, job.job_id, job.stage, "recovered", job.attempt + 1,
                             job.trace_id, {"silent_seconds": quiet, "worker": job.claimed_by,
-                                           "recovery": recoveries})  # fmt: skip
+                                           "recovery": recoveries}, at=now)  # fmt: skip
                 claimed.append(self._read(conn, job.job_id))
         return claimed, failed
 
@@ -442,7 +525,7 @@ class JobStateMachine:
                     f"job {job_id} is already {job.stage.value}; there is nothing to cancel",
                     field="job",
                 )
-            now = self.clock()
+            now = self.now(conn)
             conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.attempt == job.attempt)
@@ -496,7 +579,12 @@ class JobStateMachine:
                         field="--from",
                     )
                 target, progress = from_stage, reset_progress(job.progress, from_stage)
-            now = self.clock()
+                # Everything redone is made anew, never picked up from an earlier run: the
+                # stages write under keys of their own attempt, segments are recorded with
+                # the attempt that made them, and chunks are named by the epoch and the
+                # segment files they were made from (docs/jobs.md).
+                progress["epoch"] = job.attempt + 1
+            now = self.now(conn)
             conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.attempt == job.attempt)
@@ -581,11 +669,13 @@ class JobStateMachine:
         attempt: int,
         trace_id: str,
         detail: dict[str, Any],
+        *,
+        at: datetime | None = None,
     ) -> None:
         conn.execute(
             insert(job_events).values(
                 job_id=job_id,
-                at=self.clock(),
+                at=at or self.now(conn),
                 stage=stage.value,
                 event=event,
                 attempt=attempt,

@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from factory import stopping
 from factory.errors import PermanentError
 from factory.generate import memory
 from factory.generate.attention import Capabilities, choose
@@ -307,8 +308,15 @@ class DiffusersGenerator:
             guidance_scale=self.guidance,
             output_type="np",
             generator=generator,
+            callback_on_step_end=_stop_between_steps,
             **embeds,
         )
+
+
+def _stop_between_steps(_pipe: Any, _step: int, _timestep: Any, values: dict) -> dict:
+    """A worker that lost its job (its heartbeat learned it) stops after this step."""
+    stopping.check()
+    return values
 
 
 def _pictures(frames: Frames) -> list[Any]:

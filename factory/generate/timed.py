@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 
+from factory import stopping
 from factory.generate.base import Frames, PromptEmbedding, SegmentSpec
 from factory.generate.procedural import ProceduralGenerator
 
@@ -32,5 +33,5 @@ class TimedGenerator:
         frames = self._frames.generate(seg, prompt, context, seed)
         remaining = deadline - time.monotonic()
         if remaining > 0:
-            time.sleep(remaining)
+            stopping.sleep(remaining)  # like a GPU between steps: a lost job stops at once
         return frames

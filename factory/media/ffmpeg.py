@@ -6,13 +6,17 @@ import functools
 import os
 import subprocess
 import tempfile
+import time
+import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
+from typing import IO
 
 import numpy as np
 
+from factory import stopping
 from factory.errors import MediaError
 
 STDERR_TAIL = 4000
@@ -27,16 +31,36 @@ def ffmpeg_exe() -> str:
 
 
 def run(argv: Sequence[str], *, timeout: float | None = None) -> None:
-    """Run one ffmpeg command; a non-zero exit raises MediaError with the stderr tail."""
-    try:
-        done = subprocess.run(
-            list(argv), stdin=subprocess.DEVNULL, capture_output=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired as exc:
-        tail = (exc.stderr or b"").decode(errors="replace")[-STDERR_TAIL:]
-        raise MediaError(argv, -9, f"timed out after {timeout} s; {tail}") from None
-    if done.returncode != 0:
-        raise MediaError(argv, done.returncode, done.stderr.decode(errors="replace")[-STDERR_TAIL:])
+    """Run one ffmpeg command; a non-zero exit raises MediaError with the stderr tail.
+
+    While it runs, the holder's stop signal (factory.stopping) is polled: a worker that lost
+    its job kills ffmpeg and stops instead of encoding on for minutes."""
+    signal = stopping.current()
+    with tempfile.TemporaryFile() as stderr:
+        proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=stderr)  # fmt: skip
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                proc.wait(timeout=0.2 if signal is not None else timeout)
+                break
+            except subprocess.TimeoutExpired:
+                if signal is not None and signal.stopped:
+                    proc.kill()
+                    proc.wait()
+                    signal.check()
+                if deadline is not None and time.monotonic() >= deadline:
+                    proc.kill()
+                    proc.wait()
+                    raise MediaError(argv, -9, f"timed out after {timeout} s; "
+                                     + _tail(stderr)) from None  # fmt: skip
+        if proc.returncode != 0:
+            raise MediaError(argv, proc.returncode, _tail(stderr))
+
+
+def _tail(stderr: IO[bytes]) -> str:
+    stderr.seek(0)
+    return stderr.read().decode(errors="replace")[-STDERR_TAIL:]
 
 
 @functools.cache
@@ -105,7 +129,7 @@ def atomic_output(path: Path) -> Iterator[Path]:
     ``x.mkv`` that would count as done.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f"{path.stem}.part-{os.getpid()}{path.suffix}")
+    tmp = path.with_name(f"{path.stem}.part-{os.getpid()}-{uuid.uuid4().hex[:8]}{path.suffix}")
     try:
         yield tmp
         os.replace(tmp, path)

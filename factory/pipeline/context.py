@@ -39,6 +39,8 @@ class StageContext:
     alerts: Alerter | None = None  # webhook on job failure and batch completion
     qc: QcThresholds = field(default_factory=QcThresholds)  # seam limits, regenerations
     on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk
+    heartbeat_every: float = 30.0  # FACTORY_HEARTBEAT_EVERY, for stages run in-process
+    stale_after: float = 300.0  # FACTORY_STALE_AFTER
     _generators: dict[ModelChoice, Generator] = field(default_factory=dict)
     _prompts: dict[tuple[ModelChoice, str, str], PromptEmbedding] = field(default_factory=dict)
     _fresh: dict[tuple[ModelChoice, str, str], bytes] = field(default_factory=dict)
@@ -61,6 +63,8 @@ class StageContext:
             prompt_service=PromptService(cache, settings.text_encoder_device) if cache else None,
             assets=open_asset_cache(settings, store),
             alerts=open_alerter(settings, machine),
+            heartbeat_every=settings.heartbeat_every,
+            stale_after=settings.stale_after,
         )
         values.update(overrides)
         return cls(**values)

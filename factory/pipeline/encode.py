@@ -21,6 +21,7 @@ from factory.db.state import Job
 from factory.media.concat import concat_copy_argv, ffconcat
 from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS, encode_argv
+from factory.pipeline import files
 from factory.pipeline.context import CHUNK_SECONDS, StageContext
 from factory.pipeline.generate import video_plan
 from factory.plan import SegmentPlan
@@ -49,14 +50,15 @@ def plan_chunks(video: VideoSpec) -> list[Chunk]:
     ]
 
 
-def encode_chunk(ctx: StageContext, video: VideoSpec, chunk: Chunk, rendition: str) -> None:
+def encode_chunk(ctx: StageContext, job: Job, chunk: Chunk, rendition: str) -> None:
+    video = job.video
     preset = PRESETS[rendition]
     # Local copies live until ffmpeg has read them (an s3 store downloads them for the call).
     # A scratch folder per call: a chunk task and the encode stage may meet on the same chunk.
     with ExitStack() as stack, tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
         entries = [
-            (stack.enter_context(ctx.store.local_path(
-                keys.segment(video.batch, video.video_id, segment.index))), segment.write_count)
+            (stack.enter_context(ctx.store.local_path(files.segment(job, segment.index))),
+             segment.write_count)
             for segment in chunk.segments
         ]  # fmt: skip
         listing = Path(scratch) / "chunk.ffconcat"
@@ -64,22 +66,26 @@ def encode_chunk(ctx: StageContext, video: VideoSpec, chunk: Chunk, rendition: s
         target = Path(scratch) / "chunk.mp4"
         source = (video.width, video.height)
         run(encode_argv(ffmpeg_exe(), preset, video.fps, source, listing, target))
-        key = keys.chunk(video.batch, video.video_id, rendition, chunk.index)
-        ctx.store.put_file(key, target, move=True)
+        ctx.store.put_file(chunk_key(job, chunk, rendition), target, move=True)
+
+
+def chunk_key(job: Job, chunk: Chunk, rendition: str) -> str:
+    return files.chunk(job, rendition, chunk.index, [s.index for s in chunk.segments])
+
+
+def chunk_ready(job: Job, chunk: Chunk) -> bool:
+    """Every segment of the chunk is recorded as done (its files are the recorded ones)."""
+    done = set(job.progress["segments"])
+    return all(s.index in done for s in chunk.segments)
 
 
 def chunks_done(ctx: StageContext, job: Job) -> dict[str, set[int]]:
-    """Chunks already in the store, per rendition: chunk files are written atomically and are
-    the same whoever encodes them, so the store (not the progress JSON) is what counts."""
-    video = job.video
-    count = len(plan_chunks(video))
+    """Chunks already in the store, per rendition: a chunk's name says what it was made from
+    (files.chunk), so one that exists is the right one, whoever encoded it."""
+    chunks = [c for c in plan_chunks(job.video) if chunk_ready(job, c)]
     return {
-        r: {
-            c
-            for c in range(count)
-            if ctx.store.exists(keys.chunk(video.batch, video.video_id, r, c))
-        }
-        for r in video.renditions
+        r: {c.index for c in chunks if ctx.store.exists(chunk_key(job, c, r))}
+        for r in job.video.renditions
     }
 
 
@@ -95,22 +101,22 @@ def run_encode(ctx: StageContext, job: Job) -> Job:
     for rendition in video.renditions:
         for chunk in chunks:
             if chunk.index not in done[rendition]:
-                encode_chunk(ctx, video, chunk, rendition)
+                encode_chunk(ctx, job, chunk, rendition)
                 done[rendition].add(chunk.index)
                 job = record_chunks(ctx, job, done, len(chunks))
     joined: dict[str, str] = {}
     for rendition in video.renditions:
         with ExitStack() as stack, tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
             entries = [
-                (stack.enter_context(ctx.store.local_path(
-                    keys.chunk(video.batch, video.video_id, rendition, chunk.index))), chunk.frames)
+                (stack.enter_context(ctx.store.local_path(chunk_key(job, chunk, rendition))),
+                 chunk.frames)
                 for chunk in chunks
             ]  # fmt: skip
             listing = Path(scratch) / "join.ffconcat"
             listing.write_text(ffconcat(entries, video.fps))
             target = Path(scratch) / f"{rendition}.video.mp4"
             run(concat_copy_argv(ffmpeg_exe(), listing, target, hevc=PRESETS[rendition].is_hevc))
-            joined[rendition] = keys.joined(video.batch, video.video_id, rendition)
+            joined[rendition] = keys.joined(video.batch, video.video_id, rendition, job.attempt)
             ctx.store.put_file(joined[rendition], target, move=True)
     encode = {
         "chunks": {r: sorted(c) for r, c in done.items()},
@@ -137,14 +143,13 @@ class ChunkEncoder:
         self._done: dict[str, dict[str, set[int]]] = {}
 
     def segment_ready(self, job: Job, _segment: int) -> None:
-        stored = set(job.progress["segments"])
         chunks = plan_chunks(job.video)
         with self._lock:
             if job.job_id not in self._done:
                 self._done[job.job_id] = chunks_done(self.ctx, job)
             done = self._done[job.job_id]
             for chunk in chunks:
-                ready = all(s.index in stored for s in chunk.segments)
+                ready = chunk_ready(job, chunk)
                 fresh = (job.job_id, chunk.index) not in self._started
                 if ready and fresh and not all(chunk.index in done[r] for r in done):
                     self._started.add((job.job_id, chunk.index))
@@ -154,7 +159,7 @@ class ChunkEncoder:
         done = self._done[job.job_id]
         for rendition in job.video.renditions:
             if chunk.index not in done[rendition]:
-                encode_chunk(self.ctx, job.video, chunk, rendition)
+                encode_chunk(self.ctx, job, chunk, rendition)
                 done[rendition].add(chunk.index)
         record_chunks(self.ctx, job, done, total)
 

@@ -11,12 +11,13 @@ from typing import Any
 
 import numpy as np
 
-from factory import metrics
+from factory import metrics, stopping
 from factory.db.state import Job
 from factory.errors import PermanentError
 from factory.generate import Generator, PromptEmbedding, SegmentSpec, segment_seed
 from factory.generate.guard import check_frames
 from factory.media.intermediate import read_frames, read_tail, write_segment, write_tail
+from factory.pipeline import files
 from factory.pipeline.context import StageContext
 from factory.plan import SegmentPlan, plan_segments, scene_start_frames
 from factory.qc.pictures import thumbnails
@@ -66,11 +67,11 @@ def generate_segment(
     usable = warm is not None and (warm.job_id, warm.segment) == (job.job_id, plan.index - 1)
     tail = before = None
     if plan.context:
-        tail = warm.frames if usable and warm else _stored_tail(ctx, video, plan.index - 1)
+        tail = warm.frames if usable and warm else _stored_tail(ctx, job, plan.index - 1)
     if plan.index > 0:
         before = warm.written if usable and warm and warm.written is not None else None
         if before is None:
-            before = _stored_written_tail(ctx, video, plan.index - 1)
+            before = _stored_written_tail(ctx, job, plan.index - 1)
     scene = video.scenes[plan.scene]
     prompt = ctx.prompt(video.model, scene.prompt, video.negative_prompt)
     started = time.monotonic()
@@ -119,8 +120,9 @@ def generate_segment(
                 **seam.to_dict(),
             },
         )
+    stopping.check()  # a holder that lost the job stops before it writes anything
     _store_segment(
-        ctx, video, plan, stitched.frames, stitched.tail, plan.context if tail is not None else 0
+        ctx, job, plan, stitched.frames, stitched.tail, plan.context if tail is not None else 0
     )
     seconds = round(time.monotonic() - started, 3)
     used = getattr(generator, "last_memory", None)
@@ -140,6 +142,7 @@ def generate_segment(
         updates={
             **({"anchor": anchor_stats(stitched.frames)} if plan.index == 0 else {}),
             "segments": sorted({*job.progress["segments"], plan.index}),
+            "segment_attempts": {**job.progress.get("segment_attempts", {}), key: job.attempt},
             "frame": plan.write_end,
             "segment_seconds": {**job.progress["segment_seconds"], key: seconds},
             "colour": {**job.progress.get("colour", {}), key: colour_record(stitched.frames)},
@@ -204,17 +207,21 @@ def run_generate(ctx: StageContext, job: Job) -> Job:
 
 def _store_segment(
     ctx: StageContext,
-    video: VideoSpec,
+    job: Job,
     plan: SegmentPlan,
     frames: np.ndarray,
     tail: np.ndarray,
     transition: int,
 ) -> None:
+    """The segment's files under names of this attempt: whatever a stale holder of the same
+    segment writes lands beside them, never on them; the checkpoint then records which
+    attempt's files are the segment."""
+    video = job.video
+    batch, name, attempt = video.batch, video.video_id, job.attempt
     work = ctx.work_dir(video)
     first = frames[min(transition, len(frames) - 1)]
     ctx.store.put_bytes(
-        keys.thumbs(video.batch, video.video_id, plan.index),
-        thumbnails(first=first, last=frames[-1]),
+        keys.thumbs(batch, name, plan.index, attempt), thumbnails(first=first, last=frames[-1])
     )
     with tempfile.TemporaryDirectory(dir=work) as scratch:
         segment_file = work / scratch / "segment.mkv"
@@ -222,23 +229,20 @@ def _store_segment(
         if plan.tail:
             tail_file = work / scratch / "tail.npy"
             write_tail(tail_file, tail)
-            ctx.store.put_file(
-                keys.tail(video.batch, video.video_id, plan.index), tail_file, move=True
-            )
-        # The segment goes last: its presence (with the checkpoint) is what marks it done.
-        ctx.store.put_file(
-            keys.segment(video.batch, video.video_id, plan.index), segment_file, move=True
-        )
+            ctx.store.put_file(keys.tail(batch, name, plan.index, attempt), tail_file, move=True)
+        stopping.check()
+        ctx.store.put_file(keys.segment(batch, name, plan.index, attempt), segment_file, move=True)
 
 
-def _stored_written_tail(ctx: StageContext, video: VideoSpec, index: int) -> np.ndarray:
+def _stored_written_tail(ctx: StageContext, job: Job, index: int) -> np.ndarray:
     """The last frames a stored segment wrote (a cold worker's view of the seam's left side)."""
-    with ctx.store.local_path(keys.segment(video.batch, video.video_id, index)) as path:
+    video = job.video
+    with ctx.store.local_path(files.segment(job, index)) as path:
         return np.ascontiguousarray(read_frames(path, video.width, video.height)[-WINDOW:])
 
 
-def _stored_tail(ctx: StageContext, video: VideoSpec, index: int) -> np.ndarray:
-    with ctx.store.local_path(keys.tail(video.batch, video.video_id, index)) as path:
+def _stored_tail(ctx: StageContext, job: Job, index: int) -> np.ndarray:
+    with ctx.store.local_path(files.tail(job, index)) as path:
         return read_tail(path)
 
 

@@ -21,13 +21,13 @@ from factory.generate.guard import FLAT_SPREAD
 from factory.media.analyze import Reference, analyze
 from factory.media.frames import frames_at
 from factory.media.probe import probe
+from factory.pipeline import files
 from factory.pipeline.context import StageContext
 from factory.pipeline.generate import video_plan
 from factory.plan import SegmentPlan
 from factory.qc import gate, pictures, report
 from factory.qc.basic import expected_checks, probe_summary
 from factory.qc.seams import scene_drift
-from factory.spec import VideoSpec
 from factory.stages import Stage
 from factory.store import keys
 
@@ -36,15 +36,10 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
     video = job.video
     plans = video_plan(video)
     limits = ctx.qc
-    prefix = f"{video.batch}/{video.video_id}/work"
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=ctx.work_dir(video))))
-        segments = [
-            stack.enter_context(
-                ctx.store.local_path(keys.segment(video.batch, video.video_id, p.index))
-            )
-            for p in plans
-        ]
+        segments = [stack.enter_context(ctx.store.local_path(files.segment(job, p.index)))
+                    for p in plans]  # fmt: skip
         reference = Reference(
             [(path, p.write_count) for path, p in zip(segments, plans, strict=True)],
             video.width,
@@ -54,7 +49,7 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
         series: dict[str, dict[str, list[float]]] = {}
         defects: dict[str, list[list[float]]] = {"black": [], "frozen": []}
         muxed = {
-            r: stack.enter_context(ctx.store.local_path(keys.muxed(video.batch, video.video_id, r)))
+            r: stack.enter_context(ctx.store.local_path(files.muxed(job, r)))
             for r in video.renditions
         }
         measured_all = analyze(
@@ -121,13 +116,17 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
             images=images,
         )
         title = f"{job.job_id}: {'passed' if document['passed'] else 'FAILED'}"
-        sheet = pictures.contact_sheet(title, _seam_pictures(ctx, video, plans, segments, seams))
+        sheet = pictures.contact_sheet(title, _seam_pictures(ctx, job, plans, segments, seams))
         plot = pictures.quality_plot(title, video.fps, series, seams, limits.to_dict(), defects)
-    ctx.store.put_bytes(f"{prefix}/contact.png", sheet)
-    ctx.store.put_bytes(f"{prefix}/quality.png", plot)
-    report_key = f"{prefix}/qc.json"
+    # Under this attempt's folder: the report and pictures of an earlier run are never
+    # mistaken for this one's, and a stale holder's land beside them.
+    made = {name: keys.work(video.batch, video.video_id, f"{name}.png", job.attempt)
+            for name in images}  # fmt: skip
+    ctx.store.put_bytes(made["contact"], sheet)
+    ctx.store.put_bytes(made["quality"], plot)
+    report_key = keys.work(video.batch, video.video_id, "qc.json", job.attempt)
     ctx.store.put_bytes(report_key, json.dumps(document, indent=2).encode())
-    summary = {**report.summary(document), "report": report_key}
+    summary = {**report.summary(document), "report": report_key, "pictures": made}
     job = ctx.machine.checkpoint(
         job.job_id,
         attempt=job.attempt,
@@ -143,7 +142,7 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
 
 def _seam_pictures(
     ctx: StageContext,
-    video: VideoSpec,
+    job: Job,
     plans: list[SegmentPlan],
     segments: list[Path],
     seams: list[dict[str, Any]],
@@ -156,8 +155,8 @@ def _seam_pictures(
         seam = by_index.get(plan.index)
         if seam is None:
             continue
-        before = _thumb(ctx, video, plan.index - 1, "last")
-        after = _thumb(ctx, video, plan.index, "first")
+        before = _thumb(ctx, job, plan.index - 1, "last")
+        after = _thumb(ctx, job, plan.index, "first")
         if before is None or after is None:
             previous = plans[plan.index - 1]
             found_before = frames_at(segments[plan.index - 1], [previous.write_count - 1])
@@ -169,8 +168,8 @@ def _seam_pictures(
     return out
 
 
-def _thumb(ctx: StageContext, video: VideoSpec, index: int, name: str) -> np.ndarray | None:
-    key = keys.thumbs(video.batch, video.video_id, index)
+def _thumb(ctx: StageContext, job: Job, index: int, name: str) -> np.ndarray | None:
+    key = files.thumbs(job, index)
     if not ctx.store.exists(key):
         return None
     with ctx.store.local_path(key) as path:

@@ -15,6 +15,7 @@ from typing import Protocol
 from factory.alerts import after_terminal
 from factory.db.state import Job
 from factory.errors import FactoryError, MediaError, StaleAttempt
+from factory.heartbeat import Heartbeat
 from factory.pipeline.context import StageContext
 from factory.pipeline.deliver import run_deliver
 from factory.pipeline.encode import ChunkEncoder, run_encode
@@ -56,14 +57,19 @@ def run_job(
             observer.segment_done(done, index)
 
     stage_ctx = dataclasses.replace(ctx, on_segment=on_segment)
+    # The heartbeat keeps the job this process's against a sweeper sharing the database, and
+    # stops the run at once if the job is taken away (cancelled, requeued, recovered).
+    beat = Heartbeat(ctx.machine, job_id, job.attempt, ctx.heartbeat_every,
+                     stale_after=ctx.stale_after)  # fmt: skip
     try:
-        while not job.stage.is_terminal:
-            if job.stage is Stage.ENCODE:
-                encoder.drain()  # chunks encoded during generation are recorded by now
-                job = ctx.machine.get(job_id)
-            job = STAGE_FUNCTIONS[job.stage](stage_ctx, job)
-            if observer:
-                observer.stage_changed(job)
+        with beat:
+            while not job.stage.is_terminal:
+                if job.stage is Stage.ENCODE:
+                    encoder.drain()  # chunks encoded during generation are recorded by now
+                    job = ctx.machine.get(job_id)
+                job = STAGE_FUNCTIONS[job.stage](stage_ctx, job)
+                if observer:
+                    observer.stage_changed(job)
     except StaleAttempt:
         job = ctx.machine.get(job_id)  # cancelled, or taken over: stop without writing
     except FactoryError as exc:

@@ -1,11 +1,18 @@
 """The `file://` store: a folder. Writes land under a temporary name and are renamed, so a
 reader never sees a half file under a final key; keys cannot leave the root (checked on the
-key, and again on the resolved path, which also defeats symlinks pointing out)."""
+key, and again on the resolved path, which also defeats symlinks pointing out).
+
+A write is durable before it returns (the file and its folder are fsynced): a checkpoint
+recorded after it never points at a file that a power cut could still take away. Temporary
+names carry the host, the process and a random part, so writers on several hosts sharing
+one volume (NFS) never write into each other's temporary file."""
 
 from __future__ import annotations
 
 import os
 import shutil
+import socket
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -13,6 +20,8 @@ from urllib.parse import unquote, urlparse
 
 from factory.errors import BadInput
 from factory.store.base import ObjectInfo, check_key
+
+_HOST = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())[:40]
 
 
 class FileStore:
@@ -34,7 +43,7 @@ class FileStore:
     def put_file(self, key: str, source: Path, *, move: bool = False) -> None:
         target = self.path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.part-{os.getpid()}")
+        tmp = _temporary(target)
         try:
             if move:
                 os.replace(source, tmp) if _same_device(source, target.parent) else shutil.move(
@@ -42,17 +51,23 @@ class FileStore:
                 )
             else:
                 shutil.copyfile(source, tmp)
+            _fsync_file(tmp)
             os.replace(tmp, target)
+            _fsync_dir(target.parent)
         finally:
             tmp.unlink(missing_ok=True)
 
     def put_bytes(self, key: str, data: bytes) -> None:
         target = self.path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.part-{os.getpid()}")
+        tmp = _temporary(target)
         try:
-            tmp.write_bytes(data)
+            with open(tmp, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
             os.replace(tmp, target)
+            _fsync_dir(target.parent)
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -88,6 +103,27 @@ class FileStore:
         for path in sorted(base.rglob("*")):
             if path.is_file() and not path.name.startswith("."):
                 yield path.relative_to(self.root).as_posix()
+
+
+def _temporary(target: Path) -> Path:
+    return target.with_name(f".{target.name}.part-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    """The rename itself is durable only once the folder's entry is on disk."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _same_device(a: Path, b: Path) -> bool:

@@ -1,4 +1,19 @@
-"""Where everything of a job lives in the store: `{batch}/{video}/…` (DESIGN.md)."""
+"""Where everything of a job lives in the store: `{batch}/{video}/…` (DESIGN.md).
+
+Files that a checkpoint will point at are never shared between writers, so a worker that
+lost its job (a stale holder) can never change what the new holder committed:
+
+- a segment's files carry the attempt that made them (`segments/00003-a12.mkv`), and the
+  checkpoint records that attempt in `progress.segment_attempts`;
+- what a stage derives (joined video, audio, muxed renditions, QC report and pictures) lies
+  under `work/a{attempt}/` of the attempt that ran the stage, recorded in its progress key;
+- a chunk is named by what it is made of (the epoch and the segment files, hashed): two
+  writers of one chunk name write the same thing, and a chunk made from other segments
+  can never be picked up.
+
+``attempt=None`` gives the names used before attempts were part of them (jobs in flight
+across the upgrade keep reading their files).
+"""
 
 from __future__ import annotations
 
@@ -7,33 +22,45 @@ def job_prefix(batch: str, video: str) -> str:
     return f"{batch}/{video}"
 
 
-def segment(batch: str, video: str, index: int) -> str:
-    return f"{batch}/{video}/segments/{index:05d}.mkv"
+def _segment_stem(batch: str, video: str, index: int, attempt: int | None) -> str:
+    suffix = "" if attempt is None else f"-a{attempt}"
+    return f"{batch}/{video}/segments/{index:05d}{suffix}"
 
 
-def tail(batch: str, video: str, index: int) -> str:
-    return f"{batch}/{video}/segments/{index:05d}.tail.npy"
+def segment(batch: str, video: str, index: int, attempt: int | None = None) -> str:
+    return _segment_stem(batch, video, index, attempt) + ".mkv"
 
 
-def thumbs(batch: str, video: str, index: int) -> str:
+def tail(batch: str, video: str, index: int, attempt: int | None = None) -> str:
+    return _segment_stem(batch, video, index, attempt) + ".tail.npy"
+
+
+def thumbs(batch: str, video: str, index: int, attempt: int | None = None) -> str:
     """Small pictures of a segment's first frame after its seam and its last written frame."""
-    return f"{batch}/{video}/segments/{index:05d}.thumbs.png"
+    return _segment_stem(batch, video, index, attempt) + ".thumbs.png"
 
 
-def chunk(batch: str, video: str, rendition: str, index: int) -> str:
-    return f"{batch}/{video}/chunks/{rendition}/{index:05d}.mp4"
+def chunk(batch: str, video: str, rendition: str, index: int, digest: str = "") -> str:
+    name = f"{index:05d}-{digest}" if digest else f"{index:05d}"
+    return f"{batch}/{video}/chunks/{rendition}/{name}.mp4"
 
 
-def joined(batch: str, video: str, rendition: str) -> str:
-    return f"{batch}/{video}/work/{rendition}.video.mp4"
+def work(batch: str, video: str, name: str, attempt: int | None = None) -> str:
+    """A file a CPU stage derives, under the attempt that ran the stage."""
+    folder = "work" if attempt is None else f"work/a{attempt}"
+    return f"{batch}/{video}/{folder}/{name}"
 
 
-def audio(batch: str, video: str) -> str:
-    return f"{batch}/{video}/work/audio.m4a"
+def joined(batch: str, video: str, rendition: str, attempt: int | None = None) -> str:
+    return work(batch, video, f"{rendition}.video.mp4", attempt)
 
 
-def muxed(batch: str, video: str, rendition: str) -> str:
-    return f"{batch}/{video}/work/{rendition}.mp4"
+def audio(batch: str, video: str, attempt: int | None = None) -> str:
+    return work(batch, video, "audio.m4a", attempt)
+
+
+def muxed(batch: str, video: str, rendition: str, attempt: int | None = None) -> str:
+    return work(batch, video, f"{rendition}.mp4", attempt)
 
 
 def output(batch: str, video: str, rendition: str) -> str:

@@ -22,6 +22,7 @@ import random
 import re
 import tempfile
 import time
+import uuid
 import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -202,6 +203,7 @@ class S3Store:
 
     def _put_single(self, name: str, data: bytes, sha256: str) -> None:
         md5 = hashlib.md5(data, usedforsecurity=False).digest()
+        writer = _writer_token()
 
         def put() -> None:
             self.client.put_object(
@@ -209,20 +211,21 @@ class S3Store:
                 Key=name,
                 Body=data,
                 ContentMD5=base64.b64encode(md5).decode(),
-                Metadata={"sha256": sha256},
+                Metadata={"sha256": sha256, "writer": writer},
             )
 
         self._call(f"put s3://{self.bucket}/{name}", put)
-        self._verify(name, len(data), sha256, md5.hex(), remove_if_bad=True)
+        self._verify(name, len(data), sha256, md5.hex(), writer)
 
     def _put_multipart(self, name: str, source: Path, size: int, sha256: str) -> None:
         part_bytes = self.settings.part_bytes
         offsets = list(range(0, size, part_bytes))
         where = f"s3://{self.bucket}/{name}"
+        writer = _writer_token()
         upload_id = self._call(
             f"start upload {where}",
             lambda: self.client.create_multipart_upload(
-                Bucket=self.bucket, Key=name, Metadata={"sha256": sha256}
+                Bucket=self.bucket, Key=name, Metadata={"sha256": sha256, "writer": writer}
             )["UploadId"],
         )
 
@@ -262,14 +265,25 @@ class S3Store:
                 self.client.abort_multipart_upload(Bucket=self.bucket, Key=name, UploadId=upload_id)
             raise
         combined = hashlib.md5(b"".join(md5 for _, md5 in sent), usedforsecurity=False)
-        self._verify(name, size, sha256, f"{combined.hexdigest()}-{len(sent)}", remove_if_bad=True)
+        self._verify(name, size, sha256, f"{combined.hexdigest()}-{len(sent)}", writer)
 
-    def _verify(self, name: str, size: int, sha256: str, etag: str, *, remove_if_bad: bool) -> None:
-        """The object under its final key is the one we sent, or it is removed (and retried by
-        the caller's stage): by ETag and size, or by reading it back (verify=download)."""
+    def _verify(self, name: str, size: int, sha256: str, etag: str, writer: str) -> None:
+        """The object under its final key is the one we sent: by ETag and size, or by reading
+        it back (verify=download). What another writer put there since (its `writer` token
+        differs) is never removed: with the same content our put is done, with other content
+        it is that writer's, and this put failed. Only a bad copy of our own is removed (and
+        retried by the caller's stage)."""
         head = self._head(name)
         info = _info(head)
-        problem = None
+        theirs = _metadata(head).get("writer") != writer
+        if theirs:
+            if info.sha256 == sha256 and info.size == size:
+                return  # the same bytes, put by someone else meanwhile: nothing to do
+            raise RetryableError(
+                f"s3://{self.bucket}/{name} was written by another writer while this put ran "
+                "(left as it is; a superseded worker stops at its next check)"
+            )
+        problem = advice = None
         if info.size != size or info.sha256 != sha256:
             problem = f"size {info.size} / sha256 {info.sha256} where {size} / {sha256} was sent"
         elif self.settings.verify == "download":
@@ -279,11 +293,18 @@ class S3Store:
                 problem = f"read back sha256 {digest}, sent {sha256}"
         elif _ETAG.match(info.etag.strip()) and info.etag.strip('"') != etag:
             problem = f"ETag {info.etag} where {etag} was expected"
+            advice = (
+                "if the bucket encrypts with SSE-KMS or SSE-C its ETags are not MD5s: set "
+                "FACTORY_S3_VERIFY=download"
+            )
         if problem:
-            if remove_if_bad:
-                with suppress(Exception):
+            with suppress(Exception):
+                if _metadata(self._head(name)).get("writer") == writer:  # still ours
                     self.client.delete_object(Bucket=self.bucket, Key=name)
-            raise RetryableError(f"s3://{self.bucket}/{name} failed verification: {problem}")
+            raise RetryableError(
+                f"s3://{self.bucket}/{name} failed verification: {problem}"
+                + (f" ({advice})" if advice else "")
+            )
 
     # --- requests, by kind of failure ----------------------------------------------------
 
@@ -390,6 +411,11 @@ class S3Store:
                 raise PermanentError(
                     f"bucket {self.bucket!r} does not exist at {check}; create it first"
                 ) from None
+            if code == "RequestTimeTooSkewed":
+                return (
+                    f"S3 answered {status} {code}: this node's clock is too far from the "
+                    "store's; check its time synchronisation (NTP)"
+                )
             if status >= 500 or code in _RETRYABLE_CODES:
                 return f"S3 answered {status} {code}"
             raise PermanentError(f"S3 answered {status} {code}: {message}") from None
@@ -419,8 +445,17 @@ class _Corrupt(Exception):
     """Bytes that arrived differently from how they left: worth another attempt."""
 
 
+def _metadata(response: dict[str, Any]) -> dict[str, str]:
+    return {k.lower(): v for k, v in (response.get("Metadata") or {}).items()}
+
+
+def _writer_token() -> str:
+    """Who wrote an object (x-amz-meta-writer): one token per put."""
+    return uuid.uuid4().hex
+
+
 def _info(response: dict[str, Any]) -> ObjectInfo:
-    metadata = {k.lower(): v for k, v in (response.get("Metadata") or {}).items()}
+    metadata = _metadata(response)
     return ObjectInfo(
         size=int(response.get("ContentLength", 0)),
         sha256=metadata.get("sha256"),

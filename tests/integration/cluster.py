@@ -47,12 +47,14 @@ class Cluster:
             **self.env_overrides,
         }
 
-    def start(self, name: str, *args: str) -> subprocess.Popen:
+    def start(
+        self, name: str, *args: str, extra_env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         log = open(self.home / f"{name}.log", "ab")  # noqa: SIM115 - lives as long as the process
         proc = subprocess.Popen(
             [sys.executable, "-m", "factory", *args],
             cwd=REPO,
-            env={**os.environ, **self.env},
+            env={**os.environ, **self.env, **(extra_env or {})},
             stdout=log,
             stderr=log,
             start_new_session=True,

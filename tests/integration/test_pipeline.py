@@ -21,6 +21,7 @@ from factory.manifest import load_manifest, parse_manifest
 from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS
 from factory.media.probe import probe
+from factory.pipeline import files
 from factory.pipeline.context import StageContext
 from factory.pipeline.encode import run_encode
 from factory.pipeline.generate import run_generate, video_plan
@@ -222,16 +223,17 @@ def test_a_failed_check_stops_delivery(tmp_path: Path):
         job = stage(ctx, job)
     assert job.stage is Stage.QC
     # Break one rendition for real: the same file with its audio track dropped.
-    muxed = ctx.store.path(keys.muxed("crash", "slow", "compat"))
+    muxed = ctx.store.path(files.muxed(job, "compat"))
     broken = tmp_path / "broken.mp4"
     run([ffmpeg_exe(), "-y", "-loglevel", "error", "-i", str(muxed), "-map", "0:v", "-c", "copy",
          str(broken)])  # fmt: skip
-    ctx.store.put_file(keys.muxed("crash", "slow", "compat"), broken)
+    ctx.store.put_file(files.muxed(job, "compat"), broken)
     job = run_job(ctx, job.job_id, worker="t")
     assert job.stage is Stage.FAILED and job.stopped_stage is Stage.QC
     assert "compat.audio_stream: no audio stream" in job.last_error["message"]
     assert not list(ctx.store.list("crash/slow/out"))
-    assert ctx.store.exists("crash/slow/work/qc.json")
+    assert ctx.store.exists(job.progress["qc"]["report"])
+    assert job.progress["qc"]["report"] == f"crash/slow/work/a{job.attempt}/qc.json"
 
 
 def test_ffmpeg_failure_carries_command_and_stderr(tmp_path: Path):
@@ -264,6 +266,6 @@ def test_drift_control_pulls_later_segments_toward_the_first(tmp_path: Path):
         for _ in range(6):
             job, warm = generate_segment(ctx, job, warm)
         anchor = np.array(job.progress["anchor"]["mean"])
-        last = read_frames(ctx.store.path(keys.segment("crash", "slow", 5)), 160, 96)
+        last = read_frames(ctx.store.path(files.segment(job, 5)), 160, 96)
         gaps[factor] = float(np.abs(channel_stats(last)[0] - anchor).mean())
     assert gaps[1.0] < gaps[0.0] / 2, gaps

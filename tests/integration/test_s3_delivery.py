@@ -114,7 +114,9 @@ def test_a_gateway_outage_during_delivery_delays_it_and_loses_nothing(
     job = factory.jobs.claim(job_id, seen_attempt=factory.jobs.get(job_id).attempt, worker="t")
     while job.stage is not Stage.DELIVER:
         job = STAGE_FUNCTIONS[job.stage](ctx, job)
-    muxed = {r: assert_intact(s3_stand, bucket, f"factory/outage/v0/work/{r}.mp4")
+    recorded = job.progress["mux"]["muxed"]
+    assert recorded["mobile"] == f"outage/v0/work/a{job.attempt}/mobile.mp4"
+    muxed = {r: assert_intact(s3_stand, bucket, f"factory/{recorded[r]}")
              for r in ("mobile", "compat")}  # fmt: skip
 
     s3_stand.stop_gateway()

@@ -205,3 +205,61 @@ def test_no_secret_reaches_logs_or_errors(s3_stand, bucket, store, tmp_path, cap
     assert len(messages) == 3
     for secret in s3_stand.secrets():
         assert secret not in text
+
+
+class _OvertakenWriter(S3Store):
+    """A writer (a superseded worker) whose put is overtaken: another writer puts the same key
+    after this put's bytes arrived and before this writer verifies them."""
+
+    def __init__(self, url: str, settings, overtake) -> None:
+        super().__init__(url, settings)
+        self.overtake = overtake
+
+    def _verify(self, *args, **kwargs) -> None:
+        overtake, self.overtake = self.overtake, lambda: None
+        overtake()
+        super()._verify(*args, **kwargs)
+
+
+def test_a_writer_never_deletes_what_another_writer_committed(s3_stand, bucket, store) -> None:
+    key = "batch/v1/out/master.mp4"
+    committed = os.urandom(200_000)
+    stale = _OvertakenWriter(f"s3://{bucket}/nightly", s3_stand.settings(),
+                             lambda: store.put_bytes(key, committed))  # fmt: skip
+    with pytest.raises(RetryableError, match="another writer"):
+        stale.put_bytes(key, os.urandom(200_000))
+    assert stored_bytes(s3_stand, bucket, f"nightly/{key}") == committed
+    # The same bytes put by someone else meanwhile: this put is simply done.
+    same = _OvertakenWriter(f"s3://{bucket}/nightly", s3_stand.settings(),
+                            lambda: store.put_bytes("batch/v1/qc.json", b"{}"))  # fmt: skip
+    same.client.delete_object(Bucket=bucket, Key="nightly/batch/v1/qc.json")
+    same.put_bytes("batch/v1/qc.json", b"{}")
+    assert stored_bytes(s3_stand, bucket, "nightly/batch/v1/qc.json") == b"{}"
+
+
+class _KmsEtags:
+    """A client whose HEAD answers carry ETags that are not the MD5 of the bytes, as a bucket
+    encrypting with SSE-KMS answers."""
+
+    def __init__(self, client) -> None:
+        self._client = client
+
+    def head_object(self, **kwargs):
+        head = self._client.head_object(**kwargs)
+        return {**head, "ETag": '"0123456789abcdef0123456789abcdef"'}
+
+    def __getattr__(self, name: str):
+        return getattr(self._client, name)
+
+
+def test_etags_that_are_not_md5s_fail_with_the_setting_to_change(s3_stand, bucket) -> None:
+    from factory.store.s3 import make_client
+
+    settings = s3_stand.settings()
+    store = S3Store(f"s3://{bucket}/kms", settings, client=_KmsEtags(make_client(settings)))
+    with pytest.raises(RetryableError) as caught:
+        store.put_bytes("batch/v1/qc.json", b'{"passed": true}')
+    assert "FACTORY_S3_VERIFY=download" in str(caught.value)
+    listed = s3_stand.direct_client().list_objects_v2(Bucket=bucket, Prefix="kms/")
+    assert not listed.get("Contents")  # its own unverifiable object is removed
+    store.close()

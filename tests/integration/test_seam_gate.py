@@ -97,7 +97,7 @@ def test_a_frozen_segment_stops_the_job_before_delivery(tmp_path: Path):
     assert job.stage is Stage.FAILED and job.stopped_stage is Stage.QC
     assert "mobile.frozen_frames: frozen from" in job.last_error["message"]
     assert not list(ctx.store.list("gate/v/out"))  # nothing delivered
-    report = json.loads(ctx.store.path("gate/v/work/qc.json").read_text())
+    report = json.loads(ctx.store.path(job.progress["qc"]["report"]).read_text())
     assert {f["check"] for f in report["failures"]} == {"mobile.frozen_frames"}
     [[start, end]] = [
         r for r in report["renditions"]["mobile"]["content"]["frozen"] if r[1] - r[0] >= 2
@@ -112,7 +112,7 @@ def test_black_frames_stop_the_job_before_delivery(tmp_path: Path):
     job = run_job(ctx, job.job_id, worker="t")
     assert job.stage is Stage.FAILED and job.stopped_stage is Stage.QC
     assert "mobile.black_frames: black from" in job.last_error["message"]
-    assert ctx.store.exists("gate/v/work/contact.png")
+    assert ctx.store.exists(job.progress["qc"]["pictures"]["contact"])
 
 
 def test_colour_drift_over_the_extensions_stops_the_job(tmp_path: Path):

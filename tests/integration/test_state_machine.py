@@ -230,20 +230,23 @@ def test_sweeper_claims_stale_jobs_and_gives_up_after_the_budget(
     later = JobStateMachine(
         machine.database, clock=lambda: job.heartbeat_at + timedelta(seconds=60)
     )
-    claimed, failed = later.claim_stale(stale_after=30, waiting=set(), max_recoveries=1, worker="s")
+    claimed, failed = later.claim_stale(
+        stale_after=30, waiting=lambda: (), max_recoveries=1, worker="s"
+    )
     mine = [j for j in claimed if j.job_id == job.job_id]
     assert len(mine) == 1 and mine[0].recoveries == 1 and mine[0].attempt == job.attempt + 1
     # Waiting in a queue: not stale, left alone.
     much_later = JobStateMachine(
         machine.database, clock=lambda: job.heartbeat_at + timedelta(seconds=600)
     )
+    message = (job.job_id, Stage.GENERATE.value, job.attempt + 1)
     claimed, failed = much_later.claim_stale(
-        stale_after=30, waiting={job.job_id}, max_recoveries=1, worker="s"
+        stale_after=30, waiting=lambda: [message], max_recoveries=1, worker="s"
     )
     assert job.job_id not in {j.job_id for j in claimed + failed}
     # Silent again, with its one recovery spent: failed, with the reason.
     claimed, failed = much_later.claim_stale(
-        stale_after=30, waiting=set(), max_recoveries=1, worker="s"
+        stale_after=30, waiting=lambda: (), max_recoveries=1, worker="s"
     )
     gone = [j for j in failed if j.job_id == job.job_id]
     assert len(gone) == 1 and gone[0].stage is Stage.FAILED

@@ -46,6 +46,10 @@ def test_production_values_are_taken_as_given():
         ("FACTORY_EMBEDDING_CACHE", "redis", "FACTORY_REDIS_URL is not set"),
         ("FACTORY_EMBEDDING_CACHE_BYTES", "lots", "whole number of bytes"),
         ("FACTORY_TEXT_ENCODER_DEVICE", "tpu", "cpu or cuda"),
+        ("FACTORY_STALE_AFTER", "60", "at least 3 times FACTORY_HEARTBEAT_EVERY (30 s)"),
+        ("FACTORY_GIVE_UP_AFTER", "0", "must be > 0"),
+        ("FACTORY_DB_IDLE_TIMEOUT", "-1", "0: no limit"),
+        ("FACTORY_DB_STATEMENT_TIMEOUT", "soon", "whole number of seconds"),
     ],
 )
 def test_bad_values_name_the_variable(name: str, value: str, says: str):

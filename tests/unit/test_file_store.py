@@ -54,3 +54,15 @@ def test_a_failed_write_leaves_the_old_content(store: FileStore, tmp_path: Path)
 def test_local_path_of_a_missing_key(store: FileStore):
     with pytest.raises(FileNotFoundError), store.local_path("no/such.key"):
         pass
+
+
+def test_writers_sharing_a_process_or_a_volume_never_share_a_temporary_file(store: FileStore):
+    """Threads of one process (one pid) and hosts on one NFS volume write the same key at
+    once: every write lands whole, none fails on another's temporary file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    payloads = [bytes([i]) * 200_000 for i in range(16)]
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda data: store.put_bytes("same/key.bin", data), payloads))
+    assert store.path("same/key.bin").read_bytes() in payloads
+    assert not [p for p in store.path("same").iterdir() if p.name.startswith(".")]
