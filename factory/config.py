@@ -57,6 +57,7 @@ class Settings:
     readiness_every: float = 2.0
     nvidia_smi: str = "nvidia-smi"  # how `factory worker --gpus auto` reads the topology
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
+    store_fsync: bool = True  # a file store syncs each write before a checkpoint records it
     give_up_after: int = 3600  # seconds of interruptions without progress before a job fails
     db_statement_timeout: int = 60  # seconds; PostgreSQL statement_timeout (0: none)
     db_idle_timeout: int = 60  # seconds; idle_in_transaction_session_timeout (0: none)
@@ -111,6 +112,7 @@ class Settings:
             nvidia_smi=env.get("FACTORY_NVIDIA_SMI") or "nvidia-smi",
             webhook=_webhook(env),
             give_up_after=_positive_int(env, "FACTORY_GIVE_UP_AFTER", 3600),
+            store_fsync=_flag(env, "FACTORY_STORE_FSYNC", default=True),
             db_statement_timeout=_whole(env, "FACTORY_DB_STATEMENT_TIMEOUT", 60),
             db_idle_timeout=_whole(env, "FACTORY_DB_IDLE_TIMEOUT", 60),
             **_nodes(env),
@@ -212,9 +214,11 @@ def _float(env: Mapping[str, str], name: str, default: float, what: str) -> floa
     return value
 
 
-def _flag(env: Mapping[str, str], name: str) -> bool:
+def _flag(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:
     raw = (env.get(name) or "").strip().lower()
-    if raw in ("", "0", "false", "no", "off"):
+    if raw == "":
+        return default
+    if raw in ("0", "false", "no", "off"):
         return False
     if raw in ("1", "true", "yes", "on"):
         return True

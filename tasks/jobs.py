@@ -12,6 +12,7 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from factory.alerts import after_terminal
+from factory.db.state import Job
 from factory.errors import PermanentError, RetryableError, StaleAttempt
 from factory.heartbeat import Heartbeat
 from factory.pipeline.deliver import run_deliver
@@ -169,7 +170,7 @@ def _own_queue_alive(rt: Runtime) -> bool:
     return bool(rt.broker.exists(ALIVE_PREFIX + rt.own_queue))
 
 
-def _heartbeat(rt: Runtime, job) -> Heartbeat:
+def _heartbeat(rt: Runtime, job: Job) -> Heartbeat:
     return Heartbeat(rt.machine, job.job_id, job.attempt, rt.settings.heartbeat_every,
                      stale_after=rt.settings.stale_after)  # fmt: skip
 

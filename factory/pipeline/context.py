@@ -50,7 +50,7 @@ class StageContext:
     def from_settings(
         cls, settings: Settings, machine: JobStateMachine, database: Database, **overrides: Any
     ) -> StageContext:
-        store = open_store(settings.store_url, settings.s3)
+        store = open_store(settings.store_url, settings.s3, durable=settings.store_fsync)
         cache = open_embedding_cache(settings, database, store)
         values: dict[str, Any] = dict(
             machine=machine,

@@ -13,8 +13,8 @@ class QcThresholds:
     seam_delta_l: float = 6.0  # luminance (L*) shift of the mean across a seam
     seam_ssim_drop: float = 0.3  # SSIM across the seam below the neighbours' median SSIM
     drift_delta_e: float = 30.0  # colour drift from a scene's first segment to its last
-    drift_delta_l: float = 12.0  # brightness (L*) drift within a scene
-    drift_contrast: float = 1.5  # luma spread may grow or shrink by at most this factor
+    drift_delta_l: float = 20.0  # brightness (L*) drift within a scene (real shots: up to 15)
+    drift_contrast: float = 2.0  # luma spread may grow or shrink by this factor (real: 1.65)
     regenerations: int = 2  # new-seed attempts for a segment after a bad seam
     black_seconds: float = 0.5  # a black run at least this long fails
     freeze_seconds: float = 2.0  # a frozen run at least this long fails

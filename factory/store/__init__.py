@@ -11,10 +11,11 @@ from factory.store.s3_settings import S3Settings
 __all__ = ["FileStore", "ObjectInfo", "S3Settings", "Store", "open_store"]
 
 
-def open_store(url: str, s3: S3Settings | None = None) -> Store:
-    """The store at URL: `file:///path` or `s3://bucket/prefix` (reached with `s3`)."""
+def open_store(url: str, s3: S3Settings | None = None, *, durable: bool = True) -> Store:
+    """The store at URL: `file:///path` or `s3://bucket/prefix` (reached with `s3`).
+    ``durable``: a file store syncs every write to disk before it returns."""
     if url.startswith("file://"):
-        return FileStore.from_url(url)
+        return FileStore.from_url(url, durable=durable)
     if url.startswith("s3://"):
         from factory.store.s3 import S3Store  # boto3 is imported only where S3 is used
 

@@ -45,8 +45,8 @@ class Defective(ProceduralGenerator):
             frames[seg.context :] = np.clip(shifted, 0, 255).astype(np.uint8)
         elif self.defect == "freeze":  # the model stops: its last context frame, held
             frames[:] = context[-1]
-        elif self.defect == "darken":  # each extension a little darker: drift, no seam
-            frames[:] = (frames * (1 - 0.12 * seg.index)).astype(np.uint8)
+        elif self.defect == "darken":  # each extension darker (16%): drift, no seam
+            frames[:] = (frames * (1 - 0.16 * seg.index)).astype(np.uint8)
         elif self.defect == "black":  # a second of black inside the segment
             frames[seg.context + 2 : seg.context + 2 + FPS] = 0
         return frames

@@ -140,3 +140,13 @@ def test_bad_s3_and_node_settings_name_the_variable(tmp_path: Path, env, field, 
     with pytest.raises(ConfigError) as caught:
         Settings.from_env(env)
     assert caught.value.field == field and says in str(caught.value)
+
+
+def test_the_file_store_syncs_every_write_unless_told_not_to(tmp_path: Path):
+    from factory.store import open_store
+
+    assert Settings.from_env({}).store_fsync is True
+    off = Settings.from_env({"FACTORY_STORE_FSYNC": "0"})
+    assert off.store_fsync is False
+    assert open_store((tmp_path / "s").as_uri(), durable=off.store_fsync).durable is False
+    assert open_store((tmp_path / "s").as_uri()).durable is True
