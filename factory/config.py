@@ -168,6 +168,15 @@ class Settings:
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int, unit: str = "seconds") -> int:
+    return _int(env, name, default, unit, zero_allowed=False)
+
+
+def _whole(env: Mapping[str, str], name: str, default: int) -> int:
+    """Seconds, where 0 means no limit."""
+    return _int(env, name, default, "seconds", zero_allowed=True)
+
+
+def _int(env: Mapping[str, str], name: str, default: int, unit: str, *, zero_allowed: bool) -> int:
     raw = env.get(name)
     if raw is None or raw == "":
         return default
@@ -175,22 +184,9 @@ def _positive_int(env: Mapping[str, str], name: str, default: int, unit: str = "
         value = int(raw)
     except ValueError:
         raise ConfigError(f"must be a whole number of {unit}, got {raw!r}", field=name) from None
-    if value <= 0:
-        raise ConfigError(f"must be > 0, got {value}", field=name)
-    return value
-
-
-def _whole(env: Mapping[str, str], name: str, default: int) -> int:
-    """Seconds, where 0 means no limit."""
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"must be a whole number of seconds, got {raw!r}", field=name) from None
-    if value < 0:
-        raise ConfigError(f"must be >= 0 (0: no limit), got {value}", field=name)
+    if value < 0 or (value == 0 and not zero_allowed):
+        need = ">= 0 (0: no limit)" if zero_allowed else "> 0"
+        raise ConfigError(f"must be {need}, got {value}", field=name)
     return value
 
 
