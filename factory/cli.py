@@ -6,6 +6,7 @@ naming the field; 1 any other failure. No traceback unless `--debug`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -19,20 +20,31 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from factory import __version__, cli_cluster, cli_forecast, cli_gpu, cli_qc, cli_topology
+from factory import (
+    __version__,
+    cli_cluster,
+    cli_forecast,
+    cli_gc,
+    cli_gpu,
+    cli_qc,
+    cli_topology,
+    preflight,
+)
 from factory.alerts import after_terminal, open_alerter
 from factory.app import Factory
 from factory.config import Settings
 from factory.db import migrate
 from factory.db.session import Database
-from factory.db.state import Event, Job
+from factory.db.state import Event, Job, SegmentRecord
 from factory.errors import BadInput, FactoryError
-from factory.manifest import load_manifest
+from factory.manifest import Manifest, load_manifest
 from factory.pipeline.context import StageContext
 from factory.pipeline.runner import run_job
+from factory.retention import gc_note
 from factory.runview import RunDisplay, summary_table
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.store import S3Settings, open_store
+from factory.submit import Submitted
 from factory.submit import submit as submit_manifest
 
 try:  # typer >= 0.2x carries its own copy of click
@@ -110,12 +122,15 @@ def validate(
     batch: str | None = typer.Option(None, "--batch", help="Override the manifest's batch name."),
     as_json: bool = JsonOption,
 ) -> None:
-    """Check a manifest without submitting it; print the jobs it would create."""
-    parsed = load_manifest(manifest, batch=batch)
+    """Check a manifest without submitting it: every field, every asset it names (in the
+    store or beside the manifest) and every model directory this host can see; print the jobs
+    it would create with their effective segment settings. Nothing is written."""
+    checked = _preflight(manifest, batch)
+    parsed = checked.manifest
     if as_json:
         _print_json([v.to_dict() | {"job_id": v.job_id} for v in parsed.videos])
         return
-    table = Table("JOB", "DURATION", "FPS", "SIZE", "SCENES", "MODEL", "RENDITIONS")
+    table = Table("JOB", "DURATION", "FPS", "SIZE", "SCENES", "MODEL", "SEGMENT", "RENDITIONS")
     for v in parsed.videos:
         table.add_row(
             v.job_id,
@@ -124,10 +139,34 @@ def validate(
             f"{v.width}x{v.height}",
             str(len(v.scenes)),
             v.model.family,
+            f"{v.segment_frames} frames, overlap {v.segment_overlap}",
             ",".join(v.renditions),
         )
     out.print(table)
     out.print(f"manifest ok: {len(parsed.videos)} videos in batch {parsed.batch}")
+
+
+def _preflight(manifest: Path, batch: str | None) -> preflight.Preflight:
+    """The manifest validated, its assets and model directories checked (warnings printed)."""
+    parsed = load_manifest(manifest, batch=batch)
+    settings = Settings.from_env()
+    checked = preflight.check(
+        parsed, lambda: open_store(settings.store_url, settings.s3), s3=settings.s3
+    )
+    for warning in checked.warnings:
+        err.print(f"warning: {warning}", markup=False)
+    return checked
+
+
+def _submit_checked(manifest: Path, batch: str | None) -> tuple[Factory, Manifest, Submitted]:
+    """Check, put the manifest's local files into the store, then create the jobs."""
+    checked = _preflight(manifest, batch)
+    factory = _factory()
+    if checked.uploads:
+        settings = factory.settings
+        preflight.upload(checked, open_store(settings.store_url, settings.s3))
+    parsed = checked.manifest
+    return factory, parsed, submit_manifest(parsed, factory.jobs, factory.tokens)
 
 
 @app.command()
@@ -138,10 +177,9 @@ def submit(
     ),
     as_json: bool = JsonOption,
 ) -> None:
-    """Validate a manifest and create one job per video (a resubmission creates nothing)."""
-    parsed = load_manifest(manifest, batch=batch)
-    factory = _factory()
-    result = submit_manifest(parsed, factory.jobs, factory.tokens)
+    """Validate a manifest, check its assets and models, put its local files into the store
+    and create one job per video (a resubmission creates nothing)."""
+    factory, parsed, result = _submit_checked(manifest, batch)
     created = set(result.created)
     if factory.settings.broker_url and created:
         _dispatch([j for j in result.jobs if j.job_id in created], "jobs created")
@@ -179,9 +217,7 @@ def run(
 
     Exits 1 if any job did not finish; `factory requeue` and a second `factory run` continue.
     """
-    parsed = load_manifest(manifest, batch=batch)
-    factory = _factory()
-    submitted = submit_manifest(parsed, factory.jobs, factory.tokens)
+    factory, parsed, submitted = _submit_checked(manifest, batch)
     settings = factory.settings
     ctx = StageContext.from_settings(
         settings, factory.jobs, factory.database, stitch_strength=stitch_strength
@@ -280,7 +316,9 @@ def status(
     as_json: bool = JsonOption,
 ) -> None:
     """Everything about one job: stage, progress, attempt, outputs, QC, last error."""
-    job = _factory().jobs.get(job_id)
+    machine = _factory().jobs
+    job = machine.get(job_id)
+    made = machine.segments(job_id)
     if as_json:
         _print_json(
             _job_summary(job)
@@ -289,10 +327,14 @@ def status(
                 "trace_id": job.trace_id,
                 "claimed_by": job.claimed_by,
                 "recoveries": job.recoveries,
+                "segments_made": [
+                    {k: v for k, v in dataclasses.asdict(r).items() if v is not None}
+                    for r in made.values()
+                ],
             }
         )
         return
-    for label, value in _status_lines(job):
+    for label, value in _status_lines(job, made):
         out.print(f"[bold]{label:<10}[/bold] {value}")
 
 
@@ -337,6 +379,7 @@ def requeue(
     """Put a failed, cancelled, stuck or finished job back to work."""
     start = _stage(from_stage, "--from") if from_stage else None
     factory = _factory()
+    collected = gc_note(factory.jobs.get(job_id))
     job = factory.jobs.requeue(job_id, from_stage=start)
     if factory.settings.broker_url:
         _dispatch([job], "job requeued")
@@ -348,6 +391,11 @@ def requeue(
         f"{job.job_id} requeued at {job.stage.value} (attempt {job.attempt}; "
         f"{kept}/{job.progress['segments_total']} segments kept)"
     )
+    if collected:  # only --from generate (or queued) gets here after gc
+        out.print(
+            "its intermediates were removed by gc: every segment is regenerated, then encoded, "
+            "muxed, checked and delivered; the delivery stays until the new run passes QC"
+        )
 
 
 @app.command()
@@ -424,7 +472,7 @@ def _event_dict(event: Event) -> dict[str, Any]:
     }
 
 
-def _status_lines(job: Job) -> list[tuple[str, str]]:
+def _status_lines(job: Job, made: dict[int, SegmentRecord]) -> list[tuple[str, str]]:
     p = job.progress
     video = job.video
     held = "last held by" if job.stage.is_terminal else "held by"
@@ -460,10 +508,12 @@ def _status_lines(job: Job) -> list[tuple[str, str]]:
             ", ".join(f"{k}: {v}" for k, v in outputs.items()) if outputs else "none delivered yet",
         )
     )
-    lines.append(("qc", _qc_text(p.get("qc"), p.get("seams", {}))))
+    lines.append(("qc", _qc_text(p.get("qc"), [r.seam for r in made.values() if r.seam])))
     if job.last_error:
         e = job.last_error
         lines.append(("error", f"{e['kind']} in {e['stage']}: {e['message']}"))
+    if gc := gc_note(job):
+        lines.append(("gc", gc))
     if _waiting_after_interruption(job):
         i = p["interrupted"]
         at = _ago(datetime.fromisoformat(i["at"]))
@@ -473,10 +523,10 @@ def _status_lines(job: Job) -> list[tuple[str, str]]:
     return lines
 
 
-def _qc_text(qc: dict[str, Any] | None, seams: dict[str, Any]) -> str:
+def _qc_text(qc: dict[str, Any] | None, seams: list[dict[str, Any]]) -> str:
     """One line: the verdict, each rendition's fidelity, the seams; failures after it."""
     if not qc:
-        regenerated = sum(s.get("regenerations", 0) for s in seams.values())
+        regenerated = sum(s.get("regenerations", 0) for s in seams)
         return f"not run yet ({len(seams)} seams scored, {regenerated} regenerated)"
     parts = ["passed" if qc.get("passed") else "FAILED"]
     for name, values in (qc.get("fidelity") or {}).items():
@@ -502,6 +552,11 @@ def _qc_text(qc: dict[str, Any] | None, seams: dict[str, Any]) -> str:
 
 
 def _next_step(job: Job) -> str:
+    if job.stage is Stage.DONE and job.progress.get("gc"):
+        return (
+            f"nothing; `factory requeue {job.job_id} --from generate` makes it again from "
+            "scratch (gc removed its intermediates)"
+        )
     if job.stage is Stage.DONE:
         return f"nothing; `factory requeue {job.job_id} --from STAGE` redoes part of it"
     if job.stage in (Stage.FAILED, Stage.CANCELLED):
@@ -561,6 +616,7 @@ cli_gpu.register(app)
 cli_topology.register()
 cli_qc.register(app)
 cli_forecast.register(app)
+cli_gc.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -51,13 +51,20 @@ def preload(
     asset cache, this node's share by consistent hashing over FACTORY_NODES, and the prompt
     embeddings into the shared cache, so GPU workers load only the transformer and the VAE.
     Run it on every node (scripts/nightly.sh does, before submitting)."""
+    from factory import preflight
     from factory.store import open_store
     from factory.store.assets import node_ring, open_asset_cache
 
-    parsed = load_manifest(manifest)
-    factory = Factory.open(Settings.from_env())
-    settings = factory.settings
+    settings = Settings.from_env()
+    checked = preflight.check(  # the same checks as submit: a bad asset is exit 2 here too
+        load_manifest(manifest), lambda: open_store(settings.store_url, settings.s3), s3=settings.s3
+    )
+    for warning in checked.warnings:
+        err.print(f"warning: {warning}", markup=False)
+    parsed = checked.manifest
+    factory = Factory.open(settings)
     store = open_store(settings.store_url, settings.s3)
+    preflight.upload(checked, store)
     references = list(dict.fromkeys(a for video in parsed.videos for a in video.assets))
     assets = open_asset_cache(settings, store)
     columns = (

@@ -21,6 +21,9 @@ from factory.store.s3_settings import MIB, S3Settings, split_url
 
 _SUPPORTED_DATABASES = ("sqlite", "postgresql")
 _SUPPORTED_STORES = ("file", "s3")
+DEFAULT_KEEP_INTERMEDIATES = 7 * 86400  # FACTORY_KEEP_INTERMEDIATES, 7d
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(?:\d+[smhdw])+")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,11 @@ class Settings:
     give_up_after: int = 3600  # seconds of interruptions without progress before a job fails
     db_statement_timeout: int = 60  # seconds; PostgreSQL statement_timeout (0: none)
     db_idle_timeout: int = 60  # seconds; idle_in_transaction_session_timeout (0: none)
+    # `factory gc`: intermediates of delivered jobs are kept this long (seconds; None: for ever)
+    keep_intermediates: int | None = DEFAULT_KEEP_INTERMEDIATES
+    # A GPU task makes its job's segments for this long (one checkpoint each) before it sends
+    # the rest to its own queue; 0: one segment per task (docs/operations.md)
+    gpu_task_seconds: int = 60
 
     @property
     def memory_policy(self) -> MemoryPolicy:
@@ -115,6 +123,8 @@ class Settings:
             store_fsync=_flag(env, "FACTORY_STORE_FSYNC", default=True),
             db_statement_timeout=_whole(env, "FACTORY_DB_STATEMENT_TIMEOUT", 60),
             db_idle_timeout=_whole(env, "FACTORY_DB_IDLE_TIMEOUT", 60),
+            keep_intermediates=_keep_intermediates(env),
+            gpu_task_seconds=_whole(env, "FACTORY_GPU_TASK_SECONDS", 60),
             **_nodes(env),
         )
         settings._check_schemes()
@@ -188,6 +198,31 @@ def _int(env: Mapping[str, str], name: str, default: int, unit: str, *, zero_all
         need = ">= 0 (0: no limit)" if zero_allowed else "> 0"
         raise ConfigError(f"must be {need}, got {value}", field=name)
     return value
+
+
+def parse_duration(raw: str, name: str) -> int:
+    """Seconds from `7d`, `36h`, `90m`, `45s`, `1w`, `1d12h` or `0`. A bare number other
+    than 0 is refused: `7` could mean seven days as easily as seven seconds."""
+    text = raw.strip().lower()
+    if text == "0":
+        return 0
+    if not _DURATION.fullmatch(text):
+        raise ConfigError(
+            f"must be a duration like 7d, 36h, 90m, 45s (or 0), got {raw!r}", field=name
+        )
+    return sum(
+        int(amount) * _DURATION_UNITS[unit] for amount, unit in re.findall(r"(\d+)([smhdw])", text)
+    )
+
+
+def _keep_intermediates(env: Mapping[str, str]) -> int | None:
+    name = "FACTORY_KEEP_INTERMEDIATES"
+    raw = (env.get(name) or "").strip()
+    if raw == "":
+        return DEFAULT_KEEP_INTERMEDIATES
+    if raw.lower() == "forever":
+        return None
+    return parse_duration(raw, name)
 
 
 def _fraction(env: Mapping[str, str], name: str, default: float) -> float:

@@ -79,7 +79,12 @@ class ConfigError(BadInput):
 
 
 class RetryableError(FactoryError):
-    pass
+    """``reason`` is the fault alone, without what a stage does about it (for callers that
+    are not stages, like the checks at submit)."""
+
+    def __init__(self, message: str, *, reason: str | None = None) -> None:
+        self.reason = reason or message
+        super().__init__(message)
 
 
 class PermanentError(FactoryError):

@@ -20,7 +20,6 @@ from pydantic import (
     StrictBool,
     StrictInt,
     ValidationError,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -102,26 +101,40 @@ class Resolution(_Strict):
         return self
 
 
-class SegmentSettings(_Strict):
-    frames: StrictInt = Field(default=16, ge=2, le=MAX_SEGMENT_FRAMES)
-    overlap: StrictInt = Field(default=4, ge=0, le=MAX_SEGMENT_FRAMES - 1)
+DEFAULT_SEGMENT_FRAMES, DEFAULT_SEGMENT_OVERLAP = 16, 4  # families without their own
 
-    @field_validator("overlap")
-    @classmethod
-    def _overlap_below_frames(cls, overlap: int, info: ValidationInfo) -> int:
-        frames = info.data.get("frames")
-        if frames is not None and 2 * overlap > frames:
-            raise ValueError(f"{overlap} must be at most half of segment.frames ({frames})")
-        return overlap
+
+class SegmentSettings(_Strict):
+    """What the manifest says; a setting left out comes from the model family (or the
+    defaults above), and the overlap-at-most-half rule is checked on the result."""
+
+    frames: StrictInt | None = Field(default=None, ge=2, le=MAX_SEGMENT_FRAMES)
+    overlap: StrictInt | None = Field(default=None, ge=0, le=MAX_SEGMENT_FRAMES - 1)
+
+
+def is_local_path(reference: str) -> bool:
+    """`./beds/calm.ogg`: a file in the manifest's folder (or below it), put into the store
+    (content-addressed) when the manifest is submitted."""
+    return reference.startswith("./")
 
 
 def _asset_reference(value: str) -> str:
     if "://" in value:
         scheme = value.split("://", 1)[0]
         if scheme not in ("file", "s3"):
-            raise ValueError(f"scheme {scheme!r} is not supported; use file://, s3:// or a key")
-    elif value.startswith("/") or ".." in value.split("/"):
-        raise ValueError(f"{value!r} must be a store URL or a relative key without '..'")
+            raise ValueError(
+                f"scheme {scheme!r} is not supported; use ./path, file://, s3:// or a store key"
+            )
+    elif ".." in value.split("/"):
+        raise ValueError(f"{value!r} must not climb out: a path or key without '..'")
+    elif is_local_path(value):
+        if value.endswith("/"):
+            raise ValueError(f"{value!r} names a folder; name the file")
+    elif value.startswith("/"):
+        raise ValueError(
+            f"{value!r} must be a path in the manifest's folder (./…), a store URL "
+            "(file://, s3://) or a store key"
+        )
     return value
 
 
@@ -234,7 +247,7 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "resolution": Resolution(width=1280, height=720),
     "negative_prompt": "",
     "model": ModelSettings(family="procedural"),
-    "segment": SegmentSettings(),
+    "segment": SegmentSettings(),  # all from the family, or the defaults
     "renditions": list(DEFAULT_RENDITIONS),
     "audio": None,
 }
@@ -246,6 +259,13 @@ class Manifest:
     source: str
     batch: str
     videos: tuple[VideoSpec, ...]
+    # per video, where each merged setting came from: {"audio": "defaults.audio", ...}
+    origins: tuple[dict[str, str], ...] = ()
+
+    def field(self, index: int, name: str) -> str:
+        """The manifest path of a video's setting, e.g. `videos[3].audio` or `defaults.audio`."""
+        origins = self.origins[index] if index < len(self.origins) else {}
+        return origins.get(name, f"videos[{index}].{name}")
 
 
 def load_manifest(path: str | Path, *, batch: str | None = None) -> Manifest:
@@ -293,15 +313,22 @@ def parse_manifest(
     except ValidationError as exc:
         problems += _problems_from(exc, batch_overridden=batch is not None)
     entries = _entries(raw.get("videos"), problems)
+    origins: list[dict[str, str]] = []
     if document is not None:
-        videos = [
-            _resolve(document, entry, index, problems) if entry else None
-            for index, entry in enumerate(entries)
-        ]
+        videos = []
+        for index, entry in enumerate(entries):
+            origin: dict[str, str] = {}
+            videos.append(_resolve(document, entry, index, problems, origin) if entry else None)
+            origins.append(origin)
         _check_unique_ids(videos, problems)
     if problems or document is None:
         raise ManifestError(source, problems)
-    return Manifest(source=source, batch=document.batch, videos=tuple(v for v in videos if v))
+    return Manifest(
+        source=source,
+        batch=document.batch,
+        videos=tuple(v for v in videos if v),
+        origins=tuple(origins),
+    )
 
 
 def _entries(raw_videos: Any, problems: list[FieldProblem]) -> list[VideoEntry | None]:
@@ -319,10 +346,13 @@ def _entries(raw_videos: Any, problems: list[FieldProblem]) -> list[VideoEntry |
 
 
 def _resolve(
-    document: ManifestDocument, entry: VideoEntry, index: int, problems: list[FieldProblem]
+    document: ManifestDocument,
+    entry: VideoEntry,
+    index: int,
+    problems: list[FieldProblem],
+    origin: dict[str, str],
 ) -> VideoSpec | None:
     here = f"videos[{index}]"
-    origin: dict[str, str] = {}
     values: dict[str, Any] = dict(_BUILTIN_DEFAULTS)
     for scope, path in ((document.defaults, "defaults"), (entry, here)):
         for name in scope.model_fields_set & set(_MERGED_FIELDS):
@@ -352,7 +382,9 @@ def _resolve(
     negative_prompt = values["negative_prompt"] or ""
     seed = values.get("seed")
     model: ModelSettings = values["model"]
-    segment: SegmentSettings = values["segment"]
+    segment = _effective_segment(model, values["segment"], origin, here, problems)
+    if segment is None:
+        return None
     audio: AudioSettings | None = values["audio"]
     resolution: Resolution = values["resolution"]
     if not _fits_family(model, segment, resolution, origin, here, problems):
@@ -384,6 +416,31 @@ def _resolve(
         content = {k: v for k, v in spec.to_dict().items() if k not in ("batch", "video_id")}
         spec = VideoSpec(**{**spec.__dict__, "video_id": derived_video_id(content)})
     return spec
+
+
+def _effective_segment(
+    model: ModelSettings,
+    given: SegmentSettings,
+    origin: dict[str, str],
+    here: str,
+    problems: list[FieldProblem],
+) -> SegmentSettings | None:
+    """The segment settings the manifest gave, completed by the model family's own where it
+    left them out (docs/models.md lists each family's native segment and overlap)."""
+    family = FAMILIES.get(model.family)
+    frames = given.frames
+    if frames is None:
+        frames = family.segment_frames if family else DEFAULT_SEGMENT_FRAMES
+    overlap = given.overlap
+    if overlap is None:
+        overlap = family.fitting_overlap(frames) if family else DEFAULT_SEGMENT_OVERLAP
+        overlap = min(overlap, frames // 2)
+    if 2 * overlap > frames:
+        where = origin.get("segment", f"{here}.segment")
+        message = f"{overlap} must be at most half of segment.frames ({frames})"
+        problems.append(FieldProblem(f"{where}.overlap", message))
+        return None
+    return SegmentSettings(frames=frames, overlap=overlap)
 
 
 def _fits_family(

@@ -5,9 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from factory.db.state import Job, JobStateMachine
-from factory.errors import SpecConflict
+from factory.errors import BadInput, SpecConflict
 from factory.idempotency import SubmitTokens
-from factory.manifest import Manifest
+from factory.manifest import Manifest, is_local_path
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,16 @@ class Submitted:
 
 
 def submit(manifest: Manifest, machine: JobStateMachine, tokens: SubmitTokens | None) -> Submitted:
+    """Create the manifest's jobs. Files named beside the manifest must have been put into the
+    store first (`factory.preflight`): a job never refers to a path on the submitting host."""
+    for index, video in enumerate(manifest.videos):
+        local = [asset for asset in video.assets if is_local_path(asset)]
+        if local:
+            raise BadInput(
+                f"{local[0]} is a path on the submitting host; check and upload the manifest "
+                "with factory.preflight before submitting",
+                field=f"videos[{index}]",
+            )
     hashes = {video.job_id: video.sha256() for video in manifest.videos}
     claims = tokens.claim(hashes) if tokens else None
     if claims and claims.all_seen_before:

@@ -25,3 +25,8 @@ echo "$(date -Is) warming the assets and prompts of $manifest"
 echo "$(date -Is) submitting $manifest as batch $batch"
 "$factory" submit "$manifest" --batch "$batch"
 "$factory" jobs --batch "$batch"
+# Retention: the intermediates (lossless segments, chunks, work media) of jobs delivered
+# longer ago than FACTORY_KEEP_INTERMEDIATES (7d) go; deliveries and QC reports stay. Not
+# fatal: tonight's batch is submitted whatever gc says, and the next night retries.
+echo "$(date -Is) removing the intermediates of delivered jobs past the retention policy"
+"$factory" gc || echo "gc failed (exit $?); intermediates stay until the next run" >&2

@@ -24,7 +24,6 @@ generated as the next such count >= L and trimmed; the overlap must itself be st
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 from collections.abc import Callable
@@ -41,6 +40,7 @@ from factory.generate.attention import Capabilities, choose
 from factory.generate.base import Frames, PromptEmbedding, SegmentSpec
 from factory.generate.families import Family, family_of
 from factory.generate.guard import check_float_output
+from factory.generate.model_dir import check_model_dir
 from factory.spec import ModelChoice
 
 log = logging.getLogger(__name__)
@@ -48,28 +48,6 @@ log = logging.getLogger(__name__)
 ADDNOISE_CONDITION = 20  # SkyReels: noise level added to the conditioning tail
 VACE_FILL = 0.5  # VACE: grey for the frames it is asked to generate
 MAX_LOADED_LORAS = 8  # adapters kept loaded per worker process for the next jobs
-
-
-def check_model_dir(path: str, needed: tuple[str, ...] | None = None) -> list[str]:
-    """The component folders `model_index.json` names (or just `needed` of them); raises naming
-    whatever is missing."""
-    root = Path(path)
-    index = root / "model_index.json"
-    if not index.is_file():
-        raise PermanentError(
-            f"model directory {root}: missing model_index.json (is this a "
-            "diffusers pipeline folder saved with save_pretrained?)"
-        )
-    components = [
-        name
-        for name, spec in json.loads(index.read_text()).items()
-        if not name.startswith("_") and isinstance(spec, list) and spec[0] is not None
-    ]
-    wanted = [name for name in components if needed is None or name in needed]
-    missing = [name for name in wanted if not (root / name).is_dir()]
-    if missing:
-        raise PermanentError(f"model directory {root}: missing {', '.join(sorted(missing))}")
-    return wanted
 
 
 def frames_for_model(frames: int, stride: int = 4) -> int:

@@ -20,6 +20,22 @@ class Family:
     size_multiple: int  # width and height must be multiples of this (VAE x patch size)
     default_steps: int
     default_guidance: float
+    segment_frames: int  # the released model's native clip length (frames per call)
+    segment_overlap: int  # frames re-created at each seam by default (stride*k+1)
+    text_components: tuple[str, ...] = ("text_encoder", "tokenizer")  # prompts (preload)
+
+    @property
+    def needed_components(self) -> tuple[str, ...]:
+        """The folders a model directory of this family must have."""
+        return self.generation_components + self.text_components
+
+    def fitting_overlap(self, frames: int) -> int:
+        """The family's default overlap, or the largest stride*k+1 that fits a shorter segment
+        (an overlap may be at most half the segment)."""
+        if 2 * self.segment_overlap <= frames:
+            return self.segment_overlap
+        k = (frames // 2 - 1) // self.time_stride
+        return k * self.time_stride + 1 if k >= 0 and frames >= 2 else 0
 
     def overlap_problem(self, overlap: int) -> str | None:
         if overlap and overlap % self.time_stride != 1:
@@ -43,6 +59,8 @@ FAMILIES: dict[str, Family] = {
         size_multiple=16,
         default_steps=30,
         default_guidance=6.0,
+        segment_frames=97,
+        segment_overlap=17,
     ),
     "wan": Family(
         "wan",
@@ -54,6 +72,8 @@ FAMILIES: dict[str, Family] = {
         size_multiple=16,
         default_steps=30,
         default_guidance=5.0,
+        segment_frames=81,
+        segment_overlap=17,
     ),
     "ltx-video": Family(
         "ltx-video",
@@ -70,6 +90,8 @@ FAMILIES: dict[str, Family] = {
         size_multiple=32,
         default_steps=40,
         default_guidance=3.0,
+        segment_frames=121,
+        segment_overlap=25,
     ),
 }
 

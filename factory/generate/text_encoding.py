@@ -18,6 +18,7 @@ from typing import Any
 
 from factory.errors import PermanentError
 from factory.generate.families import Family, family_of
+from factory.generate.model_dir import check_model_dir
 from factory.spec import ModelChoice
 
 log = logging.getLogger(__name__)
@@ -32,10 +33,9 @@ def text_encoder_identity(path: str) -> str:
     """What distinguishes one text encoder from another without hashing gigabytes of weights:
     its config, the tokenizer files and the pipeline's model index."""
     root = Path(path)
+    check_model_dir(path, TEXT_COMPONENTS)
     digest = hashlib.sha256()
     for folder in TEXT_COMPONENTS:
-        if not (root / folder).is_dir():
-            raise PermanentError(f"model directory {root}: missing {folder}")
         for file in sorted((root / folder).iterdir()):
             if file.suffix in _TOKENIZER_FILES:
                 digest.update(f"{folder}/{file.name}\0".encode())

@@ -5,7 +5,9 @@ is an IDR picture, i.e. the GOPs are closed.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
@@ -33,6 +35,10 @@ class VideoFacts:
     frames: int
     keyframe_times: list[float] = field(default_factory=list)
     open_keyframes: int = 0  # keyframes that are not IDR pictures
+    # What the container's header/index says, whether or not the data is there (a faststart
+    # MP4 cut short keeps its index): None where it declares nothing (a raw stream).
+    declared_frames: int | None = None
+    declared_duration: float | None = None
 
     @property
     def max_gop_seconds(self) -> float:
@@ -69,6 +75,35 @@ def probe(path: Path) -> Probe:
     return Probe(str(path), fmt, path.stat().st_size, video, audio)
 
 
+def video_packet_digests(path: Path, counts: Sequence[int]) -> list[tuple[int, str]]:
+    """(packets, sha256 of their payloads) for consecutive runs of the video's packets, in
+    decode order: the first ``counts[0]`` packets, the next ``counts[1]``, ..., and one more
+    run with whatever follows. Demuxing only. A file joined from chunks by stream copy has,
+    run by run, exactly the packets of its chunks: equal digests mean the pictures that were
+    decoded and measured in the chunks are the ones in the file."""
+    runs: list[tuple[int, str]] = []
+    bounds = list(counts)
+    digest, taken = hashlib.sha256(), 0
+    try:
+        with av.open(str(path)) as container:
+            for packet in container.demux(container.streams.video[0]):
+                if packet.size == 0:
+                    continue
+                while bounds and taken == bounds[0]:
+                    runs.append((taken, digest.hexdigest()))
+                    bounds.pop(0)
+                    digest, taken = hashlib.sha256(), 0
+                digest.update(bytes(packet))
+                taken += 1
+    except (av.error.FFmpegError, OSError) as exc:
+        raise MediaError(["pyav.demux", str(path)], 1, str(exc)) from None
+    runs.append((taken, digest.hexdigest()))
+    while bounds:  # the file ended before these runs: empty ones
+        bounds.pop(0)
+        runs.append((0, hashlib.sha256().hexdigest()))
+    return runs
+
+
 def _video(container: av.container.InputContainer) -> VideoFacts:
     stream = container.streams.video[0]
     ctx = stream.codec_context
@@ -90,6 +125,7 @@ def _video(container: av.container.InputContainer) -> VideoFacts:
     start = float(stream.start_time * base) if stream.start_time is not None else (first_pts or 0)
     duration = float(stream.duration * base) if stream.duration else last_end - start
     rate = stream.average_rate or stream.guessed_rate or 0
+    declared_duration = _declared_duration(container, stream)
     return VideoFacts(
         codec=ctx.name,
         codec_tag=stream.codec_tag,
@@ -103,7 +139,40 @@ def _video(container: av.container.InputContainer) -> VideoFacts:
         frames=frames,
         keyframe_times=sorted(keyframes),
         open_keyframes=open_keys,
+        declared_frames=_declared_frames(stream, declared_duration, float(rate)),
+        declared_duration=declared_duration,
     )
+
+
+def _declared_duration(
+    container: av.container.InputContainer, stream: av.video.stream.VideoStream
+) -> float | None:
+    """The video's duration as the container states it: the stream's (MP4 index), else its
+    Matroska DURATION tag, else the format's."""
+    if stream.duration and stream.time_base:
+        return float(stream.duration * stream.time_base)
+    tag = _clock_seconds(stream.metadata.get("DURATION") or stream.metadata.get("duration"))
+    if tag is not None:
+        return tag
+    return container.duration / av.time_base if container.duration else None
+
+
+def _declared_frames(
+    stream: av.video.stream.VideoStream, duration: float | None, fps: float
+) -> int | None:
+    """The stream's frame count (MP4 index), else its declared duration x fps (Matroska)."""
+    if stream.frames:
+        return int(stream.frames)
+    return round(duration * fps) if duration and fps > 0 else None
+
+
+def _clock_seconds(value: str | None) -> float | None:
+    """`00:00:06.000000000` (Matroska's DURATION tag) in seconds."""
+    try:
+        hours, minutes, seconds = (value or "").split(":")
+        return int(hours) * 3600 + int(minutes) * 60 + float(seconds)
+    except ValueError:
+        return None
 
 
 def _audio(stream: av.audio.stream.AudioStream) -> AudioFacts:

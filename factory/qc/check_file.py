@@ -68,6 +68,7 @@ def check_file(
     )
     checks = [
         *gate.decode_checks(measured, expected),
+        *gate.truncation_checks(facts, measured),
         *gate.stream_checks(facts),
         *gate.content_checks(measured, limits),
         *(gate.fidelity_checks(fidelity, limits) if fidelity else []),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +39,12 @@ class Store(Protocol):
     def list(self, prefix: str) -> Iterator[str]: ...
 
     def delete(self, key: str) -> None: ...  # absent keys are fine
+
+    def list_sizes(self, prefix: str) -> Iterator[tuple[str, int]]: ...  # (key, bytes), as list
+
+    # Remove many keys at once (absent ones are fine); returns the keys that could not be
+    # removed, each with why. S3: DeleteObjects, up to 1000 keys a request.
+    def delete_many(self, keys: Sequence[str]) -> dict[str, str]: ...
 
 
 def check_key(key: str) -> str:

@@ -13,7 +13,7 @@ import os
 import shutil
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -98,6 +98,28 @@ class FileStore:
     def delete(self, key: str) -> None:
         self.path(key).unlink(missing_ok=True)
 
+    def delete_many(self, keys: Sequence[str]) -> dict[str, str]:
+        """Unlinks each file, then removes the folders this emptied (never the root, never a
+        folder that still holds anything, a writer's temporary file included)."""
+        failed: dict[str, str] = {}
+        folders: set[Path] = set()
+        for key in keys:
+            try:
+                path = self.path(key)
+                path.unlink(missing_ok=True)
+            except (OSError, BadInput) as exc:
+                failed[key] = f"{type(exc).__name__}: {exc}"
+                continue
+            folders.add(path.parent)
+        for folder in sorted(folders, key=lambda p: len(p.parts), reverse=True):
+            while folder != self.root and folder.is_relative_to(self.root):
+                try:
+                    folder.rmdir()  # only an empty folder goes
+                except OSError:
+                    break
+                folder = folder.parent
+        return failed
+
     def url_for(self, key: str) -> str:
         return self.path(key).as_uri()
 
@@ -108,6 +130,13 @@ class FileStore:
         for path in sorted(base.rglob("*")):
             if path.is_file() and not path.name.startswith("."):
                 yield path.relative_to(self.root).as_posix()
+
+    def list_sizes(self, prefix: str) -> Iterator[tuple[str, int]]:
+        for key in self.list(prefix):
+            try:
+                yield key, (self.root / key).stat().st_size
+            except FileNotFoundError:  # removed since it was listed
+                continue
 
 
 def _temporary(target: Path) -> Path:

@@ -45,6 +45,12 @@ def chunk(batch: str, video: str, rendition: str, index: int, digest: str = "") 
     return f"{batch}/{video}/chunks/{rendition}/{name}.mp4"
 
 
+def chunk_qc(batch: str, video: str, index: int, digest: str, suffix: str) -> str:
+    """A chunk's quality measurements (``json``) or its seam thumbnails (``png``), named by
+    the chunks they were measured on."""
+    return f"{batch}/{video}/chunks/qc/{index:05d}-{digest}.{suffix}"
+
+
 def work(batch: str, video: str, name: str, attempt: int | None = None) -> str:
     """A file a CPU stage derives, under the attempt that ran the stage."""
     folder = "work" if attempt is None else f"work/a{attempt}"

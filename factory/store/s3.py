@@ -24,7 +24,7 @@ import tempfile
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -51,6 +51,7 @@ log = logging.getLogger("factory.store.s3")
 T = TypeVar("T")
 
 _READ_CHUNK = 1 << 20
+DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
 _ETAG = re.compile(r'^"?([0-9a-f]{32})(-\d+)?"?$')
 _RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable",
                     "RequestTimeTooSkewed", "503", "502", "504", "500"}  # fmt: skip
@@ -184,6 +185,10 @@ class S3Store:
         return f"s3://{self.bucket}/{self._name(key)}"
 
     def list(self, prefix: str) -> Iterator[str]:
+        for key, _size in self.list_sizes(prefix):
+            yield key
+
+    def list_sizes(self, prefix: str) -> Iterator[tuple[str, int]]:
         base = self._name(prefix.strip("/")) + "/" if prefix.strip("/") else self._root()
         token: str | None = None
         while True:
@@ -194,10 +199,29 @@ class S3Store:
                 f"list {self.url}/{prefix}", lambda a=args: self.client.list_objects_v2(**a)
             )
             for item in page.get("Contents", []):
-                yield item["Key"][len(self._root()) :]
+                yield item["Key"][len(self._root()) :], int(item.get("Size", 0))
             if not page.get("IsTruncated"):
                 return
             token = page["NextContinuationToken"]
+
+    def delete_many(self, keys: Sequence[str]) -> dict[str, str]:
+        """DeleteObjects, up to 1000 keys a request (quiet: only failures come back). A key
+        the store could not remove is returned with its code and message; a request that
+        fails as a whole is retried like any other, then raises."""
+        failed: dict[str, str] = {}
+        names = {self._name(key): key for key in keys}
+        listed = list(names)
+        for start in range(0, len(listed), DELETE_BATCH):
+            batch = listed[start : start + DELETE_BATCH]
+            request = {"Objects": [{"Key": name} for name in batch], "Quiet": True}
+            answer = self._call(
+                f"delete {len(batch)} objects from s3://{self.bucket}",
+                lambda r=request: self.client.delete_objects(Bucket=self.bucket, Delete=r),
+            )
+            for error in answer.get("Errors", []):
+                key = names.get(error.get("Key", ""), error.get("Key", "?"))
+                failed[key] = f"{error.get('Code', '?')}: {error.get('Message', '')}".strip()
+        return failed
 
     # --- uploads -------------------------------------------------------------------------
 
@@ -338,7 +362,8 @@ class S3Store:
                 if attempt == attempts:
                     raise RetryableError(
                         f"{what}: {reason} (gave up after {attempts} attempts; the job waits "
-                        "in its stage and resumes)"
+                        "in its stage and resumes)",
+                        reason=f"{what}: {reason} (gave up after {attempts} attempts)",
                     ) from None
                 pause = min(30.0, self.settings.backoff * 2 ** (attempt - 1))
                 pause *= random.uniform(0.8, 1.2)

@@ -89,7 +89,7 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
     # The two scene prompts were encoded once, before the first segment, by the text encoder.
     assert segments[0].detail["prompt_cache"] == {"hits": 0, "misses": 2}
     assert all("prompt_cache" not in e.detail for e in segments[1:])
-    memory = job.progress["memory"]
+    memory = {str(i): r.memory for i, r in factory.jobs.segments(job.job_id).items()}
     assert sorted(memory) == ["0", "1", "2", "3"]
     assert {m["device"] for m in memory.values()} == {"cpu"}
     assert all(m["peak_rss"] > 0 and m["oom_retries"] == 0 for m in memory.values())
@@ -236,7 +236,7 @@ def test_memory_settings_reach_the_worker_and_are_recorded(
     path.write_text(manifest(model_dirs["skyreels-v2-df"]))
     assert run_cli("run", str(path), env=env, timeout=600).returncode == 0
     status = json.loads(run_cli("status", "df.chain", "--json", env=env).stdout)
-    recorded = status["progress"]["memory"]["0"]
+    recorded = status["segments_made"][0]["memory"]
     assert recorded["group_offload"] == "block" and recorded["vae_tiling"] is True
     bad = run_cli("run", str(path), env={**env, "FACTORY_GROUP_OFFLOAD": "half"})
     assert bad.returncode == 2 and "FACTORY_GROUP_OFFLOAD" in bad.stderr
@@ -307,20 +307,37 @@ def run_cli_script(argv: list[str]):
 
 
 def test_a_missing_model_directory_is_a_clear_error(tmp_path: Path, model_dirs: dict[str, Path]):
-    with pytest.raises(PermanentError, match=r"missing model_index\.json"):
+    with pytest.raises(PermanentError, match=r"nowhere does not exist"):
         check_model_dir(str(tmp_path / "nowhere"))
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(PermanentError, match=r"missing model_index\.json"):
+        check_model_dir(str(tmp_path / "empty"))
     broken = tmp_path / "broken"
     shutil.copytree(model_dirs["skyreels-v2-df"], broken)
     shutil.rmtree(broken / "transformer")
     with pytest.raises(PermanentError, match="missing transformer"):
         check_model_dir(str(broken))
+    # visible from the submitting host: refused before any job exists
     path = tmp_path / "m.yaml"
     path.write_text(manifest(broken, batch="broken"))
     env = home_env(tmp_path / "home")
+    refused = run_cli("run", str(path), env=env, timeout=300)
+    assert refused.returncode == 2, refused.stderr
+    assert "videos[0].model.path: missing transformer" in refused.stderr
+    assert "no job" in run_cli("status", "broken.chain", env=env).stderr
+
+
+def test_a_model_directory_not_visible_at_submit_is_checked_by_the_worker(tmp_path: Path):
+    elsewhere = "/gpu-node-only-models/SkyReels-V2-DF-1.3B"  # nothing of it on this host
+    path = tmp_path / "m.yaml"
+    path.write_text(manifest(Path(elsewhere), batch="remote"))
+    env = home_env(tmp_path / "home")
     failed = run_cli("run", str(path), env=env, timeout=300)
+    assert "is not visible from this host" in failed.stderr
     assert failed.returncode == 1
-    status = run_cli("status", "broken.chain", env=env).stdout
-    assert "missing transformer" in status and "failed (in generate)" in status
+    status = " ".join(run_cli("status", "remote.chain", env=env).stdout.split())
+    assert f"model directory {elsewhere} does not exist on this host" in status
+    assert "failed (in generate)" in status
 
 
 def test_a_poisoned_model_fails_the_job_instead_of_making_a_video(

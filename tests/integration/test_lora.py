@@ -12,7 +12,7 @@ import pytest
 
 from factory.errors import PermanentError
 from factory.manifest import parse_manifest
-from factory.pipeline import files
+from factory.pipeline.files import Segments
 from factory.pipeline.generate import generate_segment
 from factory.submit import submit
 from tests.integration.test_pipeline import in_process
@@ -39,7 +39,7 @@ def first_segment(ctx, factory, text: str) -> tuple[str, dict]:
     job = submit(parse_manifest(text), factory.jobs, None).jobs[0]
     job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="t")
     job, _ = generate_segment(ctx, job, None)
-    with ctx.store.local_path(files.segment(job, 0)) as path:
+    with ctx.store.local_path(Segments.load(factory.jobs, job).segment(0)) as path:
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
     done = [e for e in factory.jobs.events(job.job_id) if e.event == "segment.done"][-1]
     return digest, done.detail

@@ -203,3 +203,47 @@ def test_loras_reach_the_spec_and_its_assets_and_leave_old_hashes_alone():
     assert "loras" not in plain.to_dict()["model"]  # a spec without LoRAs hashes as before
     assert VideoSpec.from_dict(styled.to_dict()) == styled
     assert plain.sha256() != styled.sha256()
+
+
+def family_manifest(family: str, segment: str = "") -> str:
+    return (
+        f"batch: b\nvideos:\n  - id: a\n    prompt: ok\n    duration: 20\n{segment}"
+        "    resolution: 320x192\n"
+        f"    model: {{family: {family}, path: /models/{family}}}\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("family", "frames", "overlap"),
+    [("skyreels-v2-df", 97, 17), ("wan", 81, 17), ("ltx-video", 121, 25)],
+)
+def test_a_family_without_segment_settings_gets_its_own(family: str, frames: int, overlap: int):
+    video = parse_manifest(family_manifest(family)).videos[0]
+    assert (video.segment_frames, video.segment_overlap) == (frames, overlap)
+
+
+def test_a_segment_given_in_part_is_completed_to_suit_the_family():
+    video = parse_manifest(family_manifest("ltx-video", "    segment: {frames: 40}\n")).videos[0]
+    assert (video.segment_frames, video.segment_overlap) == (40, 17)  # 8k+1, at most half
+    video = parse_manifest(family_manifest("wan", "    segment: {overlap: 9}\n")).videos[0]
+    assert (video.segment_frames, video.segment_overlap) == (81, 9)
+    plain = parse_manifest(
+        "batch: b\nvideos:\n  - {id: a, prompt: ok, duration: 4, segment: {frames: 30}}\n"
+    ).videos[0]
+    assert (plain.segment_frames, plain.segment_overlap) == (30, 4)  # procedural: as before
+
+
+def test_assets_beside_the_manifest_are_paths_and_their_fields_are_known():
+    manifest = parse_manifest(
+        "batch: b\ndefaults: {audio: {asset: ./beds/calm.ogg}}\nvideos:\n"
+        "  - {id: a, prompt: ok, duration: 4}\n"
+        "  - {id: c, prompt: ok, duration: 4, audio: {asset: ./shared/pulse.ogg}}\n"
+    )
+    assert [v.audio.asset for v in manifest.videos] == ["./beds/calm.ogg", "./shared/pulse.ogg"]
+    assert manifest.field(0, "audio") == "defaults.audio"
+    assert manifest.field(1, "audio") == "videos[1].audio"
+    assert manifest.field(1, "model") == "videos[1].model"
+    with pytest.raises(ManifestError, match=r"videos\[0\]\.audio\.asset: './beds/' names a"):
+        parse_manifest(
+            "batch: b\nvideos:\n  - {id: a, prompt: ok, duration: 4, audio: {asset: ./beds/}}\n"
+        )

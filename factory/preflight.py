@@ -1,0 +1,267 @@
+"""Before anything is written or any GPU second is spent: every file a manifest refers to is
+checked, and files named beside the manifest are put into the store.
+
+- An asset (audio bed, LoRA) named by a path in the manifest's folder (`./beds/calm.ogg`;
+  never outside it, links included) is hashed and becomes the store key
+  `assets/sha256/<hex>.<ext>`: the job's spec names the content, the file is uploaded once,
+  and a changed file is a different job.
+- A store key, an `s3://` URL or a `file://` URL must exist now; a store that cannot be
+  reached is an error of its own (exit 1), never a silent pass.
+- A model directory visible from this host must be a diffusers folder with every component
+  its family needs. One that is not visible here (the submitting host is not a GPU node) is a
+  warning: the GPU worker checks it before the job's first segment.
+
+`check()` reads and hashes but writes nothing; `upload()` then puts the local files into the
+store. Problems are named by the manifest field they come from (`videos[3].audio.asset`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+from factory.errors import BadInput, FactoryError, FieldProblem, ManifestError, RetryableError
+from factory.generate.families import FAMILIES
+from factory.manifest import Manifest, is_local_path
+from factory.spec import AudioChoice, LoraChoice, VideoSpec
+from factory.store.base import Store
+from factory.store.s3_settings import S3Settings
+
+CONTENT_PREFIX = "assets/sha256"
+
+
+class StoreUnreachable(FactoryError):
+    """The store could not be asked whether the manifest's assets exist (exit 1)."""
+
+
+@dataclass
+class Preflight:
+    manifest: Manifest  # local paths replaced by their content keys
+    uploads: dict[str, Path] = field(default_factory=dict)  # content key -> local file
+    warnings: list[FieldProblem] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Reference:
+    field: str  # manifest path, e.g. videos[3].audio.asset
+    value: str
+
+
+def check(
+    manifest: Manifest,
+    open_store: Callable[[], Store],
+    *,
+    s3: S3Settings | None = None,
+    base_dir: Path | None = None,
+) -> Preflight:
+    """Check every asset and model directory of the manifest; raise ManifestError (exit 2)
+    naming each bad field, or StoreUnreachable (exit 1). Nothing is written."""
+    base = base_dir if base_dir is not None else _manifest_dir(manifest.source)
+    problems: list[FieldProblem] = []
+    warnings: list[FieldProblem] = []
+    local_keys: dict[str, str] = {}  # reference -> content key
+    uploads: dict[str, Path] = {}
+    remote: dict[str, list[str]] = {}  # reference -> fields naming it
+    for reference in _references(manifest):
+        if is_local_path(reference.value):
+            if reference.value not in local_keys:
+                checked = _local_file(base, reference, problems)
+                if checked is not None:
+                    key = content_key(checked)
+                    local_keys[reference.value] = key
+                    uploads[key] = checked
+        else:
+            remote.setdefault(reference.value, []).append(reference.field)
+    if remote:
+        _check_remote(remote, open_store, s3, problems)
+    _check_model_dirs(manifest, problems, warnings)
+    if problems:
+        raise ManifestError(manifest.source, _first_per_field(problems))
+    videos = tuple(_with_keys(video, local_keys) for video in manifest.videos)
+    return Preflight(replace(manifest, videos=videos), uploads, warnings)
+
+
+def upload(preflight: Preflight, store: Store) -> int:
+    """Put the manifest's local files into the store, once per content; the number put."""
+    put = 0
+    for key, path in preflight.uploads.items():
+        info = store.stat(key)
+        if info is not None and info.size == path.stat().st_size:
+            continue
+        store.put_file(key, path)
+        put += 1
+    return put
+
+
+def content_key(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as source:
+        while chunk := source.read(1 << 20):
+            digest.update(chunk)
+    suffix = re.sub(r"[^a-z0-9]", "", path.suffix.lower())
+    return f"{CONTENT_PREFIX}/{digest.hexdigest()}" + (f".{suffix}" if suffix else "")
+
+
+# --- what a manifest refers to --------------------------------------------------------------
+
+
+def _references(manifest: Manifest) -> list[_Reference]:
+    found: list[_Reference] = []
+    for index, video in enumerate(manifest.videos):
+        if video.audio is not None:
+            found.append(_Reference(f"{manifest.field(index, 'audio')}.asset", video.audio.asset))
+        for number, lora in enumerate(video.model.loras):
+            where = f"{manifest.field(index, 'model')}.lora[{number}].asset"
+            found.append(_Reference(where, lora.asset))
+    return found
+
+
+def _manifest_dir(source: str) -> Path:
+    path = Path(source)
+    return path.parent if path.name and not source.startswith("<") else Path.cwd()
+
+
+def _local_file(base: Path, reference: _Reference, problems: list[FieldProblem]) -> Path | None:
+    path = (base / reference.value).resolve()
+    if not path.is_relative_to(base.resolve()):
+        problems.append(
+            FieldProblem(reference.field, f"{reference.value} leads out of the manifest's folder")
+        )
+        return None
+    if not path.exists():
+        problems.append(
+            FieldProblem(reference.field, f"{reference.value} does not exist (looked for {path})")
+        )
+        return None
+    if not path.is_file():
+        problems.append(FieldProblem(reference.field, f"{reference.value} is not a file ({path})"))
+        return None
+    try:
+        with open(path, "rb"):
+            pass
+    except OSError as exc:
+        problems.append(FieldProblem(reference.field, f"{path} cannot be read: {exc.strerror}"))
+        return None
+    return path
+
+
+def _check_remote(
+    references: dict[str, list[str]],
+    open_store: Callable[[], Store],
+    s3: S3Settings | None,
+    problems: list[FieldProblem],
+) -> None:
+    stores: dict[str, Store] = {}
+    for reference, fields in references.items():
+        if reference.startswith("file://"):
+            path = Path(unquote(urlparse(reference).path))
+            if not path.is_file():
+                message = (
+                    f"{reference} is not a file on this host (file:// assets must be readable "
+                    "where the batch is submitted and on the workers; or put the file in the "
+                    "store)"
+                )
+                problems += [FieldProblem(where, message) for where in fields]
+            continue
+        where_text = reference
+        try:
+            store, key, where_text = _store_for(reference, open_store, s3, stores)
+            info = store.stat(key)
+        except (FactoryError, OSError) as exc:
+            if isinstance(exc, BadInput):
+                problems += [FieldProblem(where, str(exc)) for where in fields]
+                continue
+            reason = exc.reason if isinstance(exc, RetryableError) else str(exc)
+            raise StoreUnreachable(
+                f"cannot check {fields[0]} ({reference}): {where_text} cannot be reached: {reason}"
+            ) from None
+        if info is None:
+            message = f"{reference} does not exist in {where_text}" + (
+                ""
+                if reference.startswith("s3://")
+                else f"; upload it with `factory store put FILE {reference}`, or name a file "
+                "beside the manifest as ./path"
+            )
+            problems += [FieldProblem(where, message) for where in fields]
+
+
+def _store_for(
+    reference: str,
+    open_store: Callable[[], Store],
+    s3: S3Settings | None,
+    stores: dict[str, Store],
+) -> tuple[Store, str, str]:
+    if reference.startswith("s3://"):
+        parsed = urlparse(reference)
+        base = f"s3://{parsed.netloc}"
+        if base not in stores:
+            from factory.store.s3 import S3Store  # boto3 only where S3 is used
+
+            stores[base] = S3Store(base, s3 or S3Settings())
+        return stores[base], parsed.path.lstrip("/"), f"bucket {parsed.netloc}"
+    if "" not in stores:
+        stores[""] = open_store()
+    store = stores[""]
+    return store, reference, f"the store ({store.url})"
+
+
+def _check_model_dirs(
+    manifest: Manifest, problems: list[FieldProblem], warnings: list[FieldProblem]
+) -> None:
+    seen: set[tuple[str, str]] = set()
+    for index, video in enumerate(manifest.videos):
+        family, path = video.model.family, video.model.path
+        if family not in FAMILIES or not path or (family, path) in seen:
+            continue
+        seen.add((family, path))
+        where = f"{manifest.field(index, 'model')}.path"
+        verdict = model_dir_verdict(family, path)
+        if verdict.problem:
+            problems.append(FieldProblem(where, verdict.problem))
+        elif verdict.warning:
+            warnings.append(FieldProblem(where, verdict.warning))
+
+
+@dataclass(frozen=True)
+class ModelDirVerdict:
+    problem: str | None = None  # refuse the manifest
+    warning: str | None = None  # accept; the GPU worker checks before the first segment
+
+
+def model_dir_verdict(family: str, path: str) -> ModelDirVerdict:
+    """A model directory seen from this host. One whose folder is here but not the directory
+    itself does not exist; one whose folder is not here either is on GPU nodes only."""
+    from factory.generate.model_dir import ModelDirProblem, check_model_dir
+
+    root = Path(path)
+    if not root.exists() and not root.parent.is_dir():
+        return ModelDirVerdict(
+            warning=f"{path} is not visible from this host; each GPU worker checks it "
+            "before the job's first segment"
+        )
+    try:
+        check_model_dir(path, FAMILIES[family].needed_components)
+    except ModelDirProblem as exc:
+        return ModelDirVerdict(problem=exc.reason)
+    return ModelDirVerdict()
+
+
+def _with_keys(video: VideoSpec, keys: dict[str, str]) -> VideoSpec:
+    if not keys:
+        return video
+    audio = video.audio
+    if audio is not None and audio.asset in keys:
+        audio = AudioChoice(keys[audio.asset], audio.gain_db, audio.loop)
+    loras = tuple(
+        LoraChoice(keys.get(lora.asset, lora.asset), lora.scale) for lora in video.model.loras
+    )
+    model = replace(video.model, loras=loras)
+    return replace(video, audio=audio, model=model)
+
+
+def _first_per_field(problems: list[FieldProblem]) -> list[FieldProblem]:
+    return list(dict.fromkeys(problems))

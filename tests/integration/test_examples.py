@@ -1,0 +1,50 @@
+"""The examples as a newcomer uses them: every manifest in examples/ validates on a fresh home
+(its assets beside it), and a video of the nightly batch passes its own quality gate end to end.
+
+The whole nightly batch (8 videos, about 28 minutes here) runs in CI after the tests
+(`.ci/run` runs `scripts/demo`); here one of its videos runs as the file defines it:
+market-day, the one whose drift check once failed the gate on procedural content."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, embedded_env, run_cli
+
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("manifest", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_every_example_validates_as_it_is(tmp_path: Path, manifest: Path):
+    env = embedded_env(tmp_path / "home")
+    shown = run_cli("validate", str(manifest), "--json", env=env)
+    assert shown.returncode == 0, shown.stderr
+    videos = yaml.safe_load(manifest.read_text())["videos"]
+    jobs = json.loads(shown.stdout)
+    assert [j["video_id"] for j in jobs] == [v["id"] for v in videos]
+    for job in jobs:  # beds beside the manifest are named by their content
+        assert job["audio"] is None or job["audio"]["asset"].startswith("assets/sha256/")
+    assert not (tmp_path / "home" / "store").exists() or not any(
+        (tmp_path / "home" / "store").rglob("*.ogg")
+    )  # validate writes nothing
+
+
+def test_a_nightly_video_is_delivered_as_the_example_defines_it(tmp_path: Path):
+    nightly = yaml.safe_load((REPO / "examples" / "nightly.yaml").read_text())
+    nightly["videos"] = [v for v in nightly["videos"] if v["id"] == "market-day"]
+    folder = tmp_path / "examples"
+    shutil.copytree(REPO / "examples" / "assets", folder / "assets")
+    manifest = folder / "nightly-one.yaml"
+    manifest.write_text(yaml.safe_dump(nightly, sort_keys=False))
+    env = embedded_env(tmp_path / "home")
+    done = run_cli("run", str(manifest), env=env, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "1 of 1 videos delivered" in done.stdout
+    status = json.loads(run_cli("status", "nightly.market-day", "--json", env=env).stdout)
+    assert status["stage"] == "done"
+    assert status["progress"]["qc"]["passed"] is True

@@ -1,0 +1,279 @@
+"""Everything a manifest refers to is checked at validate/submit, before any job or GPU second:
+assets beside the manifest go into the store by content, a missing asset or model directory
+is refused naming its field with nothing written, an unreachable store is its own error.
+Real PostgreSQL, the S3 stand (moto behind nginx with client certificates), real CLI."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from factory.store.s3 import S3Store
+from tests.conftest import REPO, run_cli
+from tests.s3stand import free_port
+
+BED = REPO / "examples" / "assets" / "calm-bed.ogg"
+PULSE = REPO / "examples" / "assets" / "pulse-bed.ogg"
+
+
+def postgres_env(tmp_path: Path, pg_url: str, store: str | None = None) -> dict[str, str]:
+    env = {
+        "FACTORY_HOME": str(tmp_path / "home"),
+        "FACTORY_DATABASE_URL": pg_url,
+        "FACTORY_REDIS_URL": "",
+        "FACTORY_BROKER_URL": "",
+        "FACTORY_STORE_URL": store or f"file://{tmp_path / 'store'}",
+    }
+    assert run_cli("db", "upgrade", env=env).returncode == 0
+    return env
+
+
+def four_videos(batch: str, audio: list[str]) -> str:
+    lines = [
+        f"batch: {batch}",
+        "defaults: {duration: 4, fps: 8, resolution: 160x96, segment: {frames: 16, overlap: 4}}",
+        "videos:",
+    ]
+    for index, asset in enumerate(audio):
+        lines += [f"  - id: v{index}", f"    prompt: 'scene {index}'"]
+        lines += [f"    audio: {{asset: '{asset}'}}"] if asset else []
+    return "\n".join(lines) + "\n"
+
+
+def job_rows(pg_url: str, batch: str) -> int:
+    engine = create_engine(pg_url)
+    try:
+        with engine.connect() as conn:
+            return conn.execute(
+                text("SELECT count(*) FROM jobs WHERE batch = :b"), {"b": batch}
+            ).scalar_one()
+    finally:
+        engine.dispose()
+
+
+def stored_files(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+def test_assets_beside_the_manifest_go_into_the_store_once_by_content(tmp_path: Path, pg_url):
+    env = postgres_env(tmp_path, pg_url)
+    (tmp_path / "beds").mkdir()
+    shutil.copy(BED, tmp_path / "beds" / "calm.ogg")
+    shutil.copy(BED, tmp_path / "same-bytes-other-name.ogg")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(four_videos("local", ["./beds/calm.ogg", "./same-bytes-other-name.ogg"]))
+    done = run_cli("submit", str(manifest), env=env)
+    assert done.returncode == 0, done.stderr
+    digest = hashlib.sha256(BED.read_bytes()).hexdigest()
+    key = f"assets/sha256/{digest}.ogg"
+    assert stored_files(tmp_path / "store") == [key]
+    status = json.loads(run_cli("status", "local.v0", "--json", env=env).stdout)
+    assert status["spec"]["audio"]["asset"] == key
+    # a second batch naming the same bytes from another folder adds no object
+    other = tmp_path / "elsewhere"
+    other.mkdir()
+    shutil.copy(BED, other / "bed.ogg")
+    (other / "m.yaml").write_text(four_videos("again", ["./bed.ogg"]))
+    assert run_cli("submit", str(other / "m.yaml"), env=env).returncode == 0
+    assert stored_files(tmp_path / "store") == [key]
+    # nothing outside the manifest's folder, not even through a link
+    (other / "escape.ogg").symlink_to(tmp_path / "beds" / "calm.ogg")
+    (other / "bad.yaml").write_text(four_videos("escape", ["./escape.ogg"]))
+    refused = run_cli("submit", str(other / "bad.yaml"), env=env)
+    assert refused.returncode == 2
+    escaped = "videos[0].audio.asset: ./escape.ogg leads out of the manifest's folder"
+    assert escaped in refused.stderr
+
+
+def test_a_missing_asset_is_refused_at_validate_submit_and_preload_with_nothing_written(
+    tmp_path: Path, pg_url
+):
+    env = postgres_env(tmp_path, pg_url)
+    store = tmp_path / "store"
+    (store / "beds").mkdir(parents=True)
+    shutil.copy(PULSE, store / "beds" / "pulse.ogg")
+    shutil.copy(BED, tmp_path / "calm.ogg")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(four_videos("typo", ["./calm.ogg", "beds/pulse.ogg", "", "beds/plse.ogg"]))
+    before = stored_files(store)
+    for command in ("validate", "submit", "preload"):
+        refused = run_cli(command, str(manifest), env=env)
+        assert refused.returncode == 2, (command, refused.stderr)
+        assert "videos[3].audio.asset: beds/plse.ogg does not exist in the store" in refused.stderr
+        assert "videos[1]" not in refused.stderr  # the good ones are not named
+    assert job_rows(pg_url, "typo") == 0
+    assert stored_files(store) == before  # the good local bed was not uploaded either
+    missing_local = tmp_path / "local.yaml"
+    missing_local.write_text(four_videos("typo", ["", "./beds/nowhere.ogg"]))
+    refused = run_cli("submit", str(missing_local), env=env)
+    assert refused.returncode == 2
+    assert "videos[1].audio.asset: ./beds/nowhere.ogg does not exist" in refused.stderr
+    assert job_rows(pg_url, "typo") == 0
+
+
+def test_an_asset_in_defaults_is_named_where_it_is_written(tmp_path: Path, pg_url):
+    env = postgres_env(tmp_path, pg_url)
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        four_videos("dflt", ["", ""]).replace("defaults: {", "defaults: {audio: {asset: x.ogg}, ")
+    )
+    refused = run_cli("validate", str(manifest), env=env)
+    assert refused.returncode == 2
+    assert "defaults.audio.asset: x.ogg does not exist in the store" in refused.stderr
+
+
+def test_assets_on_the_s3_stand(tmp_path: Path, pg_url, s3_stand, bucket: str):
+    store = S3Store(f"s3://{bucket}/factory", s3_stand.settings())
+    store.put_file("beds/pulse.ogg", PULSE)
+    env = postgres_env(tmp_path, pg_url, f"s3://{bucket}/factory") | s3_stand.env(
+        f"s3://{bucket}/factory"
+    )
+    shutil.copy(BED, tmp_path / "calm.ogg")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        four_videos("s3", ["beds/pulse.ogg", f"s3://{bucket}/factory/beds/pulse.ogg", "./calm.ogg"])
+    )
+    done = run_cli("submit", str(manifest), env=env)
+    assert done.returncode == 0, done.stderr
+    digest = hashlib.sha256(BED.read_bytes()).hexdigest()
+    assert store.stat(f"assets/sha256/{digest}.ogg") is not None
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(four_videos("s3bad", ["beds/pulse.ogg", f"s3://{bucket}/beds/gone.ogg"]))
+    refused = run_cli("submit", str(bad), env=env)
+    assert refused.returncode == 2
+    assert f"videos[1].audio.asset: s3://{bucket}/beds/gone.ogg does not exist" in refused.stderr
+    assert job_rows(pg_url, "s3bad") == 0
+
+
+def test_a_store_that_cannot_be_reached_is_exit_1_with_the_reason(
+    tmp_path: Path, pg_url, s3_stand, bucket: str
+):
+    url = f"s3://{bucket}/factory"
+    closed = f"https://127.0.0.1:{free_port()}"
+    env = postgres_env(tmp_path, pg_url, url) | s3_stand.env(url, FACTORY_S3_ENDPOINT_URL=closed)
+    env["FACTORY_S3_ATTEMPTS"] = "1"
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(four_videos("down", ["beds/pulse.ogg"]))
+    for command in ("validate", "submit", "preload"):
+        failed = run_cli(command, str(manifest), env=env)
+        assert failed.returncode == 1, failed.stderr
+        assert "videos[0].audio.asset" in failed.stderr
+        assert "cannot be reached" in failed.stderr
+        assert "the job waits" not in failed.stderr  # no job exists: a stage's words don't fit
+        assert "internal error" not in failed.stderr.lower()
+    assert job_rows(pg_url, "down") == 0
+
+
+def model_manifest(batch: str, path: Path | str, segment: str = "") -> str:
+    return (
+        f"batch: {batch}\nvideos:\n  - id: v\n    duration: 10\n    fps: 16\n"
+        f"    resolution: 320x192\n    prompt: 'a harbor'\n{segment}"
+        f"    model: {{family: skyreels-v2-df, path: {path}}}\n"
+    )
+
+
+def fake_model_dir(root: Path, components: tuple[str, ...]) -> Path:
+    root.mkdir(parents=True)
+    index = {"_class_name": "SkyReelsV2DiffusionForcingPipeline"}
+    for name in ("transformer", "vae", "scheduler", "text_encoder", "tokenizer"):
+        index[name] = ["diffusers", "X"]
+    (root / "model_index.json").write_text(json.dumps(index))
+    for name in components:
+        (root / name).mkdir()
+    return root
+
+
+@pytest.mark.parametrize(
+    ("case", "exit_code", "message"),
+    [
+        ("complete", 0, None),
+        ("no-text-encoder", 2, "videos[0].model.path: missing text_encoder"),
+        ("no-index", 2, "videos[0].model.path: missing model_index.json"),
+        ("absent", 2, "does not exist"),
+        ("not-visible", 0, "warning: videos[0].model.path: /gpu-only/SkyReels is not visible"),
+    ],
+)
+def test_model_directories_are_checked_where_visible(
+    tmp_path: Path, pg_url, case: str, exit_code: int, message: str | None
+):
+    env = postgres_env(tmp_path, pg_url)
+    models = tmp_path / "models"
+    parts = ("transformer", "vae", "scheduler", "text_encoder", "tokenizer")
+    path: Path | str = models / "SkyReels"
+    if case == "complete":
+        fake_model_dir(models / "SkyReels", parts)
+    elif case == "no-text-encoder":
+        fake_model_dir(models / "SkyReels", tuple(p for p in parts if p != "text_encoder"))
+    elif case == "no-index":
+        (models / "SkyReels").mkdir(parents=True)
+    elif case == "absent":
+        models.mkdir()
+    else:
+        path = "/gpu-only/SkyReels"
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(model_manifest("models", path))
+    for command in ("validate", "submit"):
+        result = run_cli(command, str(manifest), env=env)
+        assert result.returncode == exit_code, result.stderr
+        if message:
+            assert message in " ".join(result.stderr.split())
+    assert job_rows(pg_url, "models") == (1 if exit_code == 0 else 0)
+    if case == "absent":
+        assert "missing" not in result.stderr
+
+
+def test_the_family_gives_the_segment_settings_a_manifest_leaves_out(tmp_path: Path, pg_url):
+    env = postgres_env(tmp_path, pg_url)
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(model_manifest("fam", "/gpu-only/SkyReels"))
+    shown = run_cli("validate", str(manifest), env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "97 frames, overlap 17" in shown.stdout
+    spec = json.loads(run_cli("validate", str(manifest), "--json", env=env).stdout)[0]
+    assert spec["segment"] == {"frames": 97, "overlap": 17}
+    manifest.write_text(model_manifest("fam", "/gpu-only/SkyReels", "    segment: {frames: 24}\n"))
+    spec = json.loads(run_cli("validate", str(manifest), "--json", env=env).stdout)[0]
+    assert spec["segment"] == {"frames": 24, "overlap": 9}  # the largest 4k+1 that fits
+    manifest.write_text(
+        model_manifest("fam", "/gpu-only/SkyReels", "    segment: {frames: 97, overlap: 4}\n")
+    )
+    refused = run_cli("validate", str(manifest), env=env)
+    assert refused.returncode == 2
+    assert "videos[0].segment.overlap: 4 does not suit skyreels-v2-df" in refused.stderr
+
+
+def test_a_lora_beside_the_manifest_goes_into_the_store_and_a_missing_one_is_named(
+    tmp_path: Path, pg_url
+):
+    env = postgres_env(tmp_path, pg_url)
+    (tmp_path / "loras").mkdir()
+    style = tmp_path / "loras" / "style.safetensors"
+    style.write_bytes(b"not really a LoRA, but preflight only hashes it" * 50)
+    manifest = tmp_path / "m.yaml"
+
+    def write(lora: str) -> None:
+        with_lora = f"path: /gpu-only/SkyReels, lora: [{{asset: '{lora}'}}]}}"
+        text = model_manifest("lora", "/gpu-only/SkyReels")
+        manifest.write_text(text.replace("path: /gpu-only/SkyReels}", with_lora))
+
+    for missing in ("./loras/typo.safetensors", "loras/not-in-store.safetensors"):
+        write(missing)
+        for command in ("validate", "submit"):
+            refused = run_cli(command, str(manifest), env=env)
+            assert refused.returncode == 2, refused.stderr
+            assert "videos[0].model.lora[0].asset" in refused.stderr
+            assert "does not exist" in refused.stderr
+    assert job_rows(pg_url, "lora") == 0
+    assert stored_files(tmp_path / "store") == []
+    write("./loras/style.safetensors")
+    done = run_cli("submit", str(manifest), env=env)
+    assert done.returncode == 0, done.stderr
+    key = f"assets/sha256/{hashlib.sha256(style.read_bytes()).hexdigest()}.safetensors"
+    assert stored_files(tmp_path / "store") == [key]
+    status = json.loads(run_cli("status", "lora.v", "--json", env=env).stdout)
+    assert status["spec"]["model"]["loras"][0]["asset"] == key
