@@ -70,7 +70,7 @@ class Alerter:
             return False
         if not self.machine.mark_batch_notified(batch):
             return False  # another process sent it
-        summary = batch_summary(jobs)
+        summary = batch_summary(jobs, self.machine.segment_seconds(j.job_id for j in jobs))
         text = (
             f"factory: batch {batch} complete: {summary['delivered']} delivered, "
             f"{summary['failed']} failed, {summary['cancelled']} cancelled; "
@@ -118,11 +118,12 @@ class Alerter:
             return f"unreachable: {getattr(error, 'reason', error)}"
 
 
-def batch_summary(jobs: list[Job]) -> dict[str, Any]:
+def batch_summary(jobs: list[Job], generated: dict[str, tuple[int, float]]) -> dict[str, Any]:
+    """``generated``: per job, its segments and their generation seconds (job_segments)."""
     delivered = [j for j in jobs if j.stage is Stage.DONE]
     failed = [j for j in jobs if j.stage is Stage.FAILED]
     qc = [j.progress.get("qc") for j in jobs]
-    seconds = sum(float(s) for j in jobs for s in j.progress.get("segment_seconds", {}).values())
+    seconds = sum(total for _, total in generated.values())
     started = min(j.created_at for j in jobs)
     ended = max(j.updated_at for j in jobs)
     return {
@@ -130,7 +131,7 @@ def batch_summary(jobs: list[Job]) -> dict[str, Any]:
         "delivered": len(delivered),
         "failed": len(failed),
         "cancelled": sum(j.stage is Stage.CANCELLED for j in jobs),
-        "gpu_hours": round(seconds / 3600, 4),
+        "gpu_hours": round(seconds / 3600, 6),
         "wall_seconds": round((ended - started).total_seconds(), 1),
         "qc": {
             "passed": sum(1 for q in qc if q and q.get("passed")),

@@ -12,7 +12,6 @@ import socket
 import sys
 import time
 from datetime import datetime, timedelta
-from statistics import mean
 
 import typer
 from rich.console import Console, Group
@@ -111,6 +110,8 @@ def worker(
         # PCI order: CUDA's default (fastest first) may number a mixed node's GPUs unlike
         # nvidia-smi, NVML (readiness) and the recorded topology.
         cuda = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(gpu)}
+        # Own queue first: with the broker's "priority" queue order (tasks/app.py) this
+        # worker takes its job's next segment before any new job from the shared queue.
         _exec([*base, *common, "-c", "1", "-Q", f"{queue},gpu", "-n", f"gpu{gpu}@{host}"],
               {**cuda, "FACTORY_GPU_QUEUE": queue, **health})  # fmt: skip
     else:
@@ -206,12 +207,15 @@ def watch(
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     window_end = _window_end(window)
     if once:
-        console.print(_snapshot(factory.jobs.list_jobs(batch=batch), window_end, gpus))
+        found = factory.jobs.list_jobs(batch=batch)
+        paces = factory.jobs.segment_seconds(j.job_id for j in found)
+        console.print(_snapshot(found, paces, window_end, gpus))
         return
     with Live(console=console, refresh_per_second=2) as live:
         while True:
             found = factory.jobs.list_jobs(batch=batch)
-            live.update(_snapshot(found, window_end, gpus))
+            paces = factory.jobs.segment_seconds(j.job_id for j in found)
+            live.update(_snapshot(found, paces, window_end, gpus))
             if found and all(j.stage.is_terminal for j in found):
                 return
             time.sleep(every)
@@ -225,13 +229,18 @@ def _window_end(window: str | None) -> datetime | None:
     return parse_window(window, datetime.now().astimezone())[1]
 
 
-def _snapshot(found: list[Job], window_end: datetime | None = None, gpus: int = 0) -> Group:
+def _snapshot(
+    found: list[Job],
+    paces: dict[str, tuple[int, float]],
+    window_end: datetime | None = None,
+    gpus: int = 0,
+) -> Group:
     table = Table("JOB", "STAGE", "SEGMENTS", "", "ETA", "WORKER")
     remaining_total = 0.0
     for job in found:
         p = job.progress
         done, total = len(p["segments"]), p["segments_total"]
-        eta = _eta(job)
+        eta = _eta(job, paces)
         remaining_total += eta or 0
         width = 24
         filled = int(width * done / total) if total else width
@@ -250,16 +259,18 @@ def _snapshot(found: list[Job], window_end: datetime | None = None, gpus: int = 
               f"in progress; generation left: {_duration(remaining_total)}")  # fmt: skip
     if window_end is None:
         return Group(table, footer)
-    return Group(table, footer, _against_window(found, window_end, gpus))
+    return Group(table, footer, _against_window(found, paces, window_end, gpus))
 
 
-def _against_window(found: list[Job], window_end: datetime, gpus: int) -> str:
+def _against_window(
+    found: list[Job], paces: dict[str, tuple[int, float]], window_end: datetime, gpus: int
+) -> str:
     """The batch's ETA: each open job's remaining generation (its own measured pace) spread
     over the GPUs, against the window's end."""
     from factory.forecast import makespan
 
     open_jobs = [j for j in found if not j.stage.is_terminal]
-    left = [_eta(j) for j in open_jobs]
+    left = [_eta(j, paces) for j in open_jobs]
     unknown = sum(e is None for e in left)
     working = gpus or max(1, sum(j.stage is Stage.GENERATE and bool(j.claimed_by)
                                  for j in open_jobs))  # fmt: skip
@@ -273,14 +284,14 @@ def _against_window(found: list[Job], window_end: datetime, gpus: int) -> str:
             f"{window_end:%a %H:%M}: {verdict}{note}")  # fmt: skip
 
 
-def _eta(job: Job) -> float | None:
+def _eta(job: Job, paces: dict[str, tuple[int, float]]) -> float | None:
     """Seconds of generation left for this job, from its own measured segment times."""
     if job.stage.is_terminal:
         return None
-    times = list(job.progress.get("segment_seconds", {}).values())
-    if not times:
+    made, seconds = paces.get(job.job_id, (0, 0.0))
+    if not made:
         return None
-    return mean(times) * (job.progress["segments_total"] - len(job.progress["segments"]))
+    return seconds / made * (job.progress["segments_total"] - len(job.progress["segments"]))
 
 
 def _duration(seconds: float) -> str:

@@ -65,16 +65,8 @@ def order(stage: Stage) -> int:
 
 # What each stage writes into `progress`; a requeue from a stage clears it and everything after.
 STAGE_KEYS: dict[Stage, tuple[str, ...]] = {
-    Stage.GENERATE: (
-        "frame",
-        "segments",
-        "segment_seconds",
-        "segment_attempts",
-        "anchor",
-        "memory",
-        "seams",
-        "colour",
-    ),
+    # (and the job's `job_segments` rows, which requeue deletes with them)
+    Stage.GENERATE: ("frame", "segments", "anchor"),
     Stage.ENCODE: ("encode",),
     Stage.MUX: ("mux",),
     Stage.QC: ("qc",),
@@ -88,7 +80,6 @@ def initial_progress(frames_total: int, segments_total: int) -> dict[str, Any]:
         "frames_total": frames_total,
         "segments": [],
         "segments_total": segments_total,
-        "segment_seconds": {},
         "timings": {},
     }
 

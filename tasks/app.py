@@ -29,7 +29,13 @@ def make_app(settings: Settings) -> Celery:
         worker_max_tasks_per_child=500,
         worker_hijack_root_logger=False,
         broker_connection_retry_on_startup=True,
-        broker_transport_options={"visibility_timeout": TWELVE_HOURS},
+        # A GPU worker consumes its own queue, then the shared one (`-Q gpu.<host>.<n>,gpu`):
+        # in that order, strictly. Kombu's default rotates the order after every message, so
+        # a worker would take a new job between two segments of the one it holds.
+        broker_transport_options={
+            "visibility_timeout": TWELVE_HOURS,
+            "queue_order_strategy": "priority",
+        },
         task_default_queue=CPU,
         task_queues=[Queue(GPU_SHARED), Queue(CPU), Queue(CONTROL)],
         task_routes={

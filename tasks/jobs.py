@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
@@ -15,9 +16,12 @@ from factory.alerts import after_terminal
 from factory.db.state import Job
 from factory.errors import PermanentError, RetryableError, StaleAttempt
 from factory.heartbeat import Heartbeat
+from factory.pipeline.chunk_qc import measure_chunk
+from factory.pipeline.chunks import chunk_key, chunk_ready, plan_chunks
 from factory.pipeline.deliver import run_deliver
-from factory.pipeline.encode import chunk_key, chunk_ready, plan_chunks, run_encode
 from factory.pipeline.encode import encode_chunk as encode_one_chunk
+from factory.pipeline.encode import run_encode
+from factory.pipeline.files import Segments
 from factory.pipeline.generate import generate_segment as make_segment
 from factory.pipeline.generate import next_segment
 from factory.pipeline.mux import run_mux
@@ -44,7 +48,10 @@ CPU_STAGE_FUNCTIONS = {Stage.ENCODE: run_encode, Stage.MUX: run_mux, Stage.QC: r
 
 @app.task(name="factory.generate_segment", acks_late=False)
 def generate_segment(job_id: str, seen_attempt: int) -> None:
-    """One segment of one job, then the next one onto this GPU's own queue."""
+    """Segments of one job, each stored and recorded before the next, for up to
+    FACTORY_GPU_TASK_SECONDS; then the next one onto this GPU's own queue. (A task per
+    segment would cost a broker round trip and a claim each: a third of the segment path
+    with real-time-class models.) A crash still costs at most the segment in progress."""
     rt = runtime()
     try:
         job = rt.machine.claim(job_id, seen_attempt=seen_attempt, worker=rt.worker)
@@ -58,13 +65,21 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
     try:
         if job.stage is Stage.QUEUED:
             job = rt.machine.transition(job_id, attempt=job.attempt, to=Stage.GENERATE)
+        started, longest = time.monotonic(), 0.0
         with _heartbeat(rt, job):
-            job, rt.warm = make_segment(rt.ctx, job, rt.warm)
-        done = job.progress["segments"][-1] if job.progress["segments"] else None
-        log.info("segment.done", extra={"segment": done, "attempt": job.attempt})
-        for chunk in plan_chunks(job.video):
-            if chunk.segments[-1].index == done:
-                dispatch.send_chunk(app, job, chunk.index)
+            while True:
+                began = time.monotonic()
+                job, rt.warm = make_segment(rt.ctx, job, rt.warm)
+                longest = max(longest, time.monotonic() - began)
+                done = job.progress["segments"][-1] if job.progress["segments"] else None
+                log.info("segment.done", extra={"segment": done, "attempt": job.attempt})
+                for chunk in plan_chunks(job.video):
+                    if chunk.segments[-1].index == done:
+                        dispatch.send_chunk(app, job, chunk.index)
+                if next_segment(job) is None or not _own_queue_alive(rt):
+                    break
+                if not _time_for_another(rt, time.monotonic() - started, longest):
+                    break
         if next_segment(job) is None:
             job = rt.machine.transition(job_id, attempt=job.attempt, to=Stage.ENCODE)
             dispatch.send_cpu_chain(app, job)
@@ -132,7 +147,8 @@ def cpu_stage(self, job_id: str, stage_name: str, attempt: int | None = None) ->
 
 @app.task(name="factory.encode_chunk", acks_late=False)
 def encode_chunk(job_id: str, chunk_index: int) -> None:
-    """Encode a chunk whose segments exist, ahead of the encode stage; writes only the store."""
+    """Encode and measure a chunk whose segments exist, ahead of the encode and qc stages;
+    writes only the store."""
     rt = runtime()
     job = rt.machine.get(job_id)
     if job.stage.is_terminal:
@@ -140,9 +156,11 @@ def encode_chunk(job_id: str, chunk_index: int) -> None:
     chunk = plan_chunks(job.video)[chunk_index]
     if not chunk_ready(job, chunk):  # redone since it was sent: a later message will come
         return
+    made = Segments.load(rt.machine, job)
     for rendition in job.video.renditions:
-        if not rt.ctx.store.exists(chunk_key(job, chunk, rendition)):
-            encode_one_chunk(rt.ctx, job, chunk, rendition)
+        if not rt.ctx.store.exists(chunk_key(made, chunk, rendition)):
+            encode_one_chunk(rt.ctx, made, chunk, rendition)
+    measure_chunk(rt.ctx, made, chunk)  # the quality gate's per-chunk half, off the tail
 
 
 @app.task(name="factory.sweep", acks_late=False)
@@ -162,6 +180,13 @@ def sweep() -> dict[str, list[str]]:
         log.error("sweep.gave_up", extra={"job_id": job.job_id})
         after_terminal(rt.ctx.alerts, job)
     return {"resumed": [j.job_id for j in claimed], "failed": [j.job_id for j in failed]}
+
+
+def _time_for_another(rt: Runtime, elapsed: float, longest: float) -> bool:
+    """Whether this task makes the job's next segment too: within FACTORY_GPU_TASK_SECONDS,
+    and far from the task's time limit at the pace seen so far."""
+    budget = rt.settings.gpu_task_seconds
+    return elapsed + longest <= budget and elapsed + 2 * longest <= rt.settings.segment_time_limit
 
 
 def _own_queue_alive(rt: Runtime) -> bool:

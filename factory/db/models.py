@@ -41,6 +41,45 @@ Id = String(128)
 STAGES_SQL = ", ".join(f"'{s.value}'" for s in Stage)
 
 
+class Progress(TypeDecorator[dict]):
+    """A job's progress JSON, with its `segments` (the indices done, a list in every reader's
+    view) stored as ranges: `segment_ranges: [[0, 3000]]` instead of 3,000 numbers, so that
+    recording a segment rewrites a document that does not grow with the video (the segment
+    path appends to the last range in SQL, docs/jobs.md). Rows written before keep their
+    list, which reads the same."""
+
+    impl = JSON
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Any) -> Any:
+        return dialect.type_descriptor(JSONB() if dialect.name == "postgresql" else JSON())
+
+    def process_bind_param(self, value: dict | None, dialect: Any) -> dict | None:
+        if value is None or "segments" not in value:
+            return value
+        stored = {k: v for k, v in value.items() if k != "segments"}
+        stored["segment_ranges"] = segment_ranges(value["segments"])
+        return stored
+
+    def process_result_value(self, value: dict | None, dialect: Any) -> dict | None:
+        if value is None or "segment_ranges" not in value:
+            return value
+        shown = {k: v for k, v in value.items() if k != "segment_ranges"}
+        shown["segments"] = [i for start, end in value["segment_ranges"] for i in range(start, end)]
+        return shown
+
+
+def segment_ranges(indices: list[int]) -> list[list[int]]:
+    """[0, 1, 2, 5, 6] -> [[0, 3], [5, 7]] (half-open ranges, sorted, unique)."""
+    ranges: list[list[int]] = []
+    for index in sorted(set(indices)):
+        if ranges and ranges[-1][1] == index:
+            ranges[-1][1] = index + 1
+        else:
+            ranges.append([index, index + 1])
+    return ranges
+
+
 class UtcDateTime(TypeDecorator[datetime]):
     """Timezone-aware UTC in and out; SQLite stores naive values, read back as UTC."""
 
@@ -77,7 +116,7 @@ jobs = Table(
     Column("spec", Json, nullable=False),
     Column("spec_sha256", String(64), nullable=False),
     Column("stage", String(16), nullable=False),
-    Column("progress", Json, nullable=False),
+    Column("progress", Progress, nullable=False),
     Column("attempt", Integer, nullable=False, default=0),
     Column("recoveries", Integer, nullable=False, default=0),  # automatic resumptions so far
     Column("claimed_by", String(255)),  # the worker holding the current attempt
@@ -110,6 +149,23 @@ job_events = Table(
     Column("detail", Json, nullable=False),
     Column("trace_id", String(32), nullable=False),
     Index("ix_job_events_job_id_id", "job_id", "id"),
+)
+
+# One row per segment made: the attempt whose files are the segment (store keys carry it),
+# its generation time, the colour record the drift check reads, the seam score and the GPU
+# memory. Kept out of `jobs.progress` so that recording a segment costs the same at segment
+# 3,000 as at segment 10 (the progress JSON was rewritten whole at every checkpoint).
+job_segments = Table(
+    "job_segments",
+    metadata,
+    Column("job_id", Id, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True),
+    Column("segment", Integer, primary_key=True),
+    Column("attempt", Integer, nullable=True),  # None: made before attempts named the files
+    Column("seconds", Float(precision=53), nullable=False),
+    Column("colour", Json, nullable=True),
+    Column("seam", Json, nullable=True),  # the seam before this segment, with regenerations
+    Column("memory", Json, nullable=True),
+    Column("made_at", UtcDateTime, nullable=True),
 )
 
 # The prompt-embedding cache's index (the blobs live in the store or in Redis). Rows stay

@@ -12,16 +12,18 @@ appended to ``job_events`` with the job's trace id, in the same transaction.
 
 from __future__ import annotations
 
+import functools
+import json
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, insert, select, tuple_, update
+from sqlalchemy import Connection, delete, func, insert, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from factory.db.models import batches, job_events, jobs, utcnow
+from factory.db.models import batches, job_events, job_segments, jobs, utcnow
 from factory.db.session import Database
 from factory.errors import IllegalTransition, InvalidOperation, NoSuchJob, StaleAttempt
 from factory.plan import segment_count
@@ -60,7 +62,7 @@ class Job:
     created_at: datetime
     updated_at: datetime
 
-    @property
+    @functools.cached_property
     def video(self) -> VideoSpec:
         return VideoSpec.from_dict(self.spec)
 
@@ -90,6 +92,22 @@ class Event:
 
 
 @dataclass(frozen=True)
+class SegmentRecord:
+    """What the generate stage recorded of one segment (a row of `job_segments`)."""
+
+    index: int
+    attempt: int | None  # whose files are the segment (None: named before attempts were)
+    seconds: float
+    colour: dict[str, Any] | None = None  # the drift check's colour statistics
+    seam: dict[str, Any] | None = None  # the seam before this segment, scored when made
+    memory: dict[str, Any] | None = None  # GPU memory used while making it
+
+    @classmethod
+    def from_row(cls, row: Any) -> SegmentRecord:
+        return cls(row.segment, row.attempt, row.seconds, row.colour, row.seam, row.memory)
+
+
+@dataclass(frozen=True)
 class Created:
     job: Job
     created: bool  # False: the same spec was already there
@@ -112,6 +130,18 @@ class JobStateMachine:
         if conn.dialect.name == "postgresql":
             return conn.execute(select(func.clock_timestamp())).scalar_one()
         return utcnow()
+
+    def _now_sql(self, conn: Connection) -> Any:
+        """Now as a value for a statement, without a round trip of its own: PostgreSQL's
+        ``statement_timestamp()`` (one value per statement, by the server's clock)."""
+        if self.clock is None and conn.dialect.name == "postgresql":
+            return func.statement_timestamp()
+        return self.now(conn)
+
+    def current_time(self) -> datetime:
+        """Now, by the database's clock (what every recorded timestamp is compared with)."""
+        with self.database.transaction() as conn:
+            return self.now(conn)
 
     # --- reading -----------------------------------------------------------------
 
@@ -153,6 +183,38 @@ class JobStateMachine:
                 select(job_events).where(job_events.c.job_id == job_id).order_by(job_events.c.id)
             )
             return [Event(**{**row._mapping, "stage": Stage(row.stage)}) for row in rows]
+
+    def segments(self, job_id: str) -> dict[int, SegmentRecord]:
+        """Every segment the job's current run recorded, by index."""
+        with self.database.transaction() as conn:
+            rows = conn.execute(
+                select(job_segments)
+                .where(job_segments.c.job_id == job_id)
+                .order_by(job_segments.c.segment)
+            )
+            return {row.segment: SegmentRecord.from_row(row) for row in rows}
+
+    def segment(self, job_id: str, index: int) -> SegmentRecord | None:
+        with self.database.transaction() as conn:
+            row = conn.execute(
+                select(job_segments).where(
+                    job_segments.c.job_id == job_id, job_segments.c.segment == index
+                )
+            ).first()
+            return SegmentRecord.from_row(row) if row is not None else None
+
+    def segment_seconds(self, job_ids: Iterable[str]) -> dict[str, tuple[int, float]]:
+        """{job: (segments recorded, their generation seconds summed)}, in one query."""
+        ids = list(job_ids)
+        if not ids:
+            return {}
+        query = (
+            select(job_segments.c.job_id, func.count(), func.sum(job_segments.c.seconds))
+            .where(job_segments.c.job_id.in_(ids))
+            .group_by(job_segments.c.job_id)
+        )
+        with self.database.transaction() as conn:
+            return {job: (int(n), float(total or 0.0)) for job, n, total in conn.execute(query)}
 
     # --- creating ----------------------------------------------------------------
 
@@ -217,21 +279,34 @@ class JobStateMachine:
     def claim(self, job_id: str, *, seen_attempt: int, worker: str) -> Job:
         """Take the job for a new attempt; the returned job's ``attempt`` is the caller's token."""
         with self.database.transaction() as conn:
-            now = self.now(conn)
-            result = conn.execute(
+            if self.clock is None and conn.dialect.name == "postgresql":
+                found = conn.execute(
+                    _CLAIM,
+                    {
+                        "job_id": job_id,
+                        "seen": seen_attempt,
+                        "worker": worker,
+                        "detail": json.dumps(redact_value({"worker": worker})),
+                    },
+                ).first()
+                if found is None:
+                    raise self._fenced(conn, job_id, seen_attempt)
+                return Job.from_row(found)
+            now = self._now_sql(conn)
+            row = conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.attempt == seen_attempt)
                 .where(jobs.c.stage.in_([s.value for s in ACTIVE]))
                 .values(
                     attempt=jobs.c.attempt + 1, claimed_by=worker, heartbeat_at=now, updated_at=now
                 )
-            )
-            if result.rowcount == 0:
+                .returning(*jobs.c)
+            ).first()
+            if row is None:
                 raise self._fenced(conn, job_id, seen_attempt)
-            job = self._read(conn, job_id)
-            self._event(
-                conn, job_id, job.stage, "claimed", job.attempt, job.trace_id, {"worker": worker}
-            )
+            job = Job.from_row(row)
+            self._event(conn, job_id, job.stage, "claimed", job.attempt, job.trace_id,
+                        {"worker": worker}, at=job.updated_at)  # fmt: skip
             return job
 
     def transition(
@@ -291,9 +366,80 @@ class JobStateMachine:
                 self._event(conn, job_id, job.stage, event, attempt, job.trace_id, detail or {})
             return self._read(conn, job_id)
 
+    def record_segment(
+        self,
+        job_id: str,
+        *,
+        attempt: int,
+        record: SegmentRecord,
+        updates: dict[str, Any],
+        detail: dict[str, Any],
+    ) -> Job:
+        """A segment made and stored: its row in `job_segments`, its index in
+        ``progress.segments`` with ``updates``, and the `segment.done` event, in one fenced
+        transaction. The per-segment details live in their own rows, so the cost does not
+        grow with the segments already done."""
+        with self.database.transaction() as conn:
+            if (
+                self.clock is None
+                and conn.dialect.name == "postgresql"
+                and "segments" not in updates
+            ):
+                found = conn.execute(
+                    _RECORD_SEGMENT,
+                    {
+                        "job_id": job_id,
+                        "attempt": attempt,
+                        "index": record.index,
+                        "updates": json.dumps(updates),
+                        "made_by": record.attempt,
+                        "seconds": record.seconds,
+                        "colour": _json_or_none(record.colour),
+                        "seam": _json_or_none(record.seam),
+                        "memory": _json_or_none(record.memory),
+                        "detail": json.dumps(redact_value(detail)),
+                    },
+                ).first()
+                if found is not None:
+                    return Job.from_row(found)
+            job = self._held(conn, job_id, attempt)  # fenced out, or not the next segment
+            progress = {
+                **job.progress,
+                **updates,
+                "segments": sorted({*job.progress["segments"], record.index}),
+            }
+            progress.pop("interrupted", None)
+            now = self._now_sql(conn)
+            row = conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.attempt == attempt)
+                .where(jobs.c.stage == job.stage.value)
+                .values(progress=progress, updated_at=now, heartbeat_at=now, recoveries=0)
+                .returning(*jobs.c)
+            ).first()
+            if row is None:
+                raise self._fenced(conn, job_id, attempt)
+            now = row.updated_at
+            values = {
+                "attempt": record.attempt,
+                "seconds": record.seconds,
+                "colour": record.colour,
+                "seam": record.seam,
+                "memory": record.memory,
+                "made_at": now,
+            }
+            conn.execute(
+                _insert_for(conn)(job_segments)
+                .values(job_id=job_id, segment=record.index, **values)
+                .on_conflict_do_update(index_elements=["job_id", "segment"], set_=values)
+            )
+            self._event(conn, job_id, job.stage, "segment.done", attempt, job.trace_id, detail,
+                        at=now)  # fmt: skip
+            return Job.from_row(row)
+
     def heartbeat(self, job_id: str, *, attempt: int) -> None:
         with self.database.transaction() as conn:
-            now = self.now(conn)
+            now = self._now_sql(conn)
             result = conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.attempt == attempt)
@@ -578,7 +724,11 @@ class JobStateMachine:
                         f"it cannot restart from {from_stage.value}",
                         field="--from",
                     )
+                _refuse_after_gc(job, from_stage)
                 target, progress = from_stage, reset_progress(job.progress, from_stage)
+                if order(from_stage) <= order(Stage.GENERATE):
+                    conn.execute(delete(job_segments).where(job_segments.c.job_id == job_id))
+                progress.pop("gc", None)  # after gc only generate gets here: all made anew
                 # Everything redone is made anew, never picked up from an earlier run: the
                 # stages write under keys of their own attempt, segments are recorded with
                 # the attempt that made them, and chunks are named by the epoch and the
@@ -609,6 +759,37 @@ class JobStateMachine:
                 job.trace_id,
                 {"from": job.stage.value, "to": target.value, "reset": from_stage is not None},
             )
+            return self._read(conn, job_id)
+
+    # --- retention (`factory gc`) ---------------------------------------------------
+
+    def mark_gc(
+        self,
+        job_id: str,
+        *,
+        attempt: int,
+        gc: dict[str, Any],
+        event: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> Job:
+        """Record in ``progress.gc`` that the intermediates of a delivered job are being (or
+        were) removed, and optionally an event. Only while the job is still ``done`` at
+        ``attempt``: a job requeued since gc looked at it raises ``StaleAttempt`` and keeps
+        its files. While ``progress.gc`` is set, ``requeue --from`` a stage after generate is
+        refused (what it would read is gone); ``--from generate`` drops the mark."""
+        with self.database.transaction() as conn:
+            job = self._read(conn, job_id, lock=True)
+            if job.stage is not Stage.DONE or job.attempt != attempt:
+                now_at = f"{job.stage.value} at attempt {job.attempt}"
+                raise StaleAttempt(job_id, attempt, f"the job is {now_at} now (requeued)")
+            now = self.now(conn)
+            progress = {**job.progress, "gc": {**gc, "at": now.isoformat(), "attempt": attempt}}
+            self._fenced_update(
+                conn, job_id, attempt, {"progress": progress, "updated_at": now},
+                expected_stage=Stage.DONE,
+            )  # fmt: skip
+            if event:
+                self._event(conn, job_id, Stage.DONE, event, attempt, job.trace_id, detail or {})
             return self._read(conn, job_id)
 
     # --- internals ---------------------------------------------------------------
@@ -675,7 +856,7 @@ class JobStateMachine:
         conn.execute(
             insert(job_events).values(
                 job_id=job_id,
-                at=at or self.now(conn),
+                at=at if at is not None else self._now_sql(conn),
                 stage=stage.value,
                 event=event,
                 attempt=attempt,
@@ -683,6 +864,86 @@ class JobStateMachine:
                 trace_id=trace_id,
             )
         )
+
+
+def _json_or_none(value: Any) -> str | None:
+    return None if value is None else json.dumps(value)
+
+
+# The two writes of the segment path, each one statement on PostgreSQL (the SQLite path does
+# the same in steps). Data-modifying CTEs: the row inserts select from the fenced UPDATE, so
+# a stale attempt changes nothing and gets no row back. Recording a segment there is for the
+# segment path's own order (the next index: the last range of `segment_ranges` grows by
+# one, models.Progress); anything else gets no row either and takes the general path.
+_ACTIVE_SQL = ", ".join(f"'{s.value}'" for s in ACTIVE)
+_CLAIM = text(
+    f"""
+    WITH claimed AS (
+        UPDATE jobs SET attempt = attempt + 1, claimed_by = :worker,
+               heartbeat_at = statement_timestamp(), updated_at = statement_timestamp()
+        WHERE job_id = :job_id AND attempt = :seen AND stage IN ({_ACTIVE_SQL})
+        RETURNING *
+    ), event AS (
+        INSERT INTO job_events (job_id, at, stage, event, attempt, detail, trace_id)
+        SELECT job_id, updated_at, stage, 'claimed', attempt, CAST(:detail AS jsonb), trace_id
+        FROM claimed
+    )
+    SELECT * FROM claimed
+    """
+).columns(*jobs.c)
+_RECORD_SEGMENT = text(
+    """
+    WITH done AS (
+        UPDATE jobs SET
+            progress = jsonb_set(
+                (progress - 'interrupted') || CAST(:updates AS jsonb),
+                '{segment_ranges}',
+                CASE WHEN jsonb_array_length(progress->'segment_ranges') = 0
+                    THEN jsonb_build_array(jsonb_build_array(:index, :index + 1))
+                    ELSE jsonb_set(progress->'segment_ranges', '{-1,1}', to_jsonb(:index + 1))
+                END),
+            updated_at = statement_timestamp(), heartbeat_at = statement_timestamp(),
+            recoveries = 0
+        WHERE job_id = :job_id AND attempt = :attempt AND stage IN ('queued', 'generate')
+          AND jsonb_typeof(progress->'segment_ranges') = 'array'
+          AND CASE WHEN jsonb_array_length(progress->'segment_ranges') = 0 THEN :index = 0
+                   ELSE CAST(progress->'segment_ranges'->-1->>1 AS integer) = :index END
+        RETURNING *
+    ), segment AS (
+        INSERT INTO job_segments (job_id, segment, attempt, seconds, colour, seam, memory,
+                                  made_at)
+        SELECT job_id, :index, :made_by, :seconds, CAST(:colour AS jsonb),
+               CAST(:seam AS jsonb), CAST(:memory AS jsonb), updated_at
+        FROM done
+        ON CONFLICT (job_id, segment) DO UPDATE SET attempt = EXCLUDED.attempt,
+            seconds = EXCLUDED.seconds, colour = EXCLUDED.colour, seam = EXCLUDED.seam,
+            memory = EXCLUDED.memory, made_at = EXCLUDED.made_at
+    ), event AS (
+        INSERT INTO job_events (job_id, at, stage, event, attempt, detail, trace_id)
+        SELECT job_id, updated_at, stage, 'segment.done', attempt, CAST(:detail AS jsonb),
+               trace_id
+        FROM done
+    )
+    SELECT * FROM done
+    """
+).columns(*jobs.c)
+
+
+def _refuse_after_gc(job: Job, start: Stage) -> None:
+    """After `factory gc` only generate (or queued) can be redone: every later stage reads
+    segments, chunks or work files that gc removed (docs/jobs.md)."""
+    gc = job.progress.get("gc")
+    if not gc or order(start) <= order(Stage.GENERATE):
+        return
+    when = datetime.fromisoformat(gc["at"]).astimezone(UTC).strftime("%Y-%m-%d %H:%M")
+    segments = job.progress.get("segments_total", 0)
+    raise InvalidOperation(
+        f"job {job.job_id}: its intermediates (segments, chunks, work files) were removed by "
+        f"gc on {when} UTC, and redoing {start.value} needs them; use --from generate, which "
+        f"regenerates all {segments} segments and every later stage (the delivery stays "
+        "until the new run passes QC)",
+        field="--from",
+    )
 
 
 def _reached(job: Job) -> Stage:

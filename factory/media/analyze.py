@@ -31,12 +31,12 @@ import av
 import numpy as np
 
 from factory.media.ffmpeg import STDERR_TAIL, ffmpeg_exe, has_filter
+from factory.media.frames import INTRA_ONLY
 
 BLACK_PIXEL = 0.10  # a pixel is black below 10% of the luma range
 BLACK_PICTURE = 0.98  # a picture is black when 98% of its pixels are
 FREEZE_NOISE_DB = -60  # frames closer than this count as the same (ffmpeg's default)
 MIN_RUN = 0.1  # seconds: shorter black or frozen runs are not reported at all
-INTRA_ONLY = {"ffv1", "rawvideo", "utvideo", "huffyuv", "ffvhuff", "prores", "mjpeg", "png"}
 
 
 @dataclass

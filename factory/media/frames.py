@@ -1,5 +1,7 @@
 """Picking frames out of a video by index, streaming (PyAV): only the frames asked for are
-kept, so windows around seams of a two-minute video never hold the whole video."""
+kept, so windows around seams of a two-minute video never hold the whole video. In an
+intra-only file (the FFV1 segment intermediates) only the frames asked for are decoded at
+all: every packet is a picture of its own."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ from pathlib import Path
 import av
 import numpy as np
 
+INTRA_ONLY = {"ffv1", "rawvideo", "utvideo", "huffyuv", "ffvhuff", "prores", "mjpeg", "png"}
+
 
 def frames_at(path: Path, wanted: Iterable[int]) -> dict[int, np.ndarray]:
     """{index: [H, W, 3] uint8 RGB} for each wanted frame index that exists."""
@@ -17,6 +21,24 @@ def frames_at(path: Path, wanted: Iterable[int]) -> dict[int, np.ndarray]:
     if not want:
         return found
     last = max(want)
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        if stream.codec_context.name in INTRA_ONLY:
+            index = 0
+            for packet in container.demux(stream):
+                if packet.size == 0:
+                    continue
+                if index in want:
+                    if not packet.is_keyframe:  # FFV1 with g > 1 carries state between frames
+                        break
+                    for frame in packet.decode():
+                        found[index] = frame.to_ndarray(format="rgb24")
+                if index >= last:
+                    return found
+                index += 1
+            else:
+                return found
+            found.clear()
     with av.open(str(path)) as container:
         stream = container.streams.video[0]
         stream.thread_type = "AUTO"

@@ -9,55 +9,33 @@ keeps GOPs of at most 2 s; the join writes each chunk's exact duration (frames /
 
 from __future__ import annotations
 
-import math
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 
 from factory.db.state import Job
 from factory.media.concat import concat_copy_argv, ffconcat
 from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS, encode_argv
-from factory.pipeline import files
-from factory.pipeline.context import CHUNK_SECONDS, StageContext
-from factory.pipeline.generate import video_plan
-from factory.plan import SegmentPlan
-from factory.spec import VideoSpec
+from factory.pipeline.chunk_qc import measure_chunk
+from factory.pipeline.chunks import Chunk, chunk_key, chunk_ready, plan_chunks
+from factory.pipeline.context import StageContext
+from factory.pipeline.files import Segments
 from factory.stages import Stage
 from factory.store import keys
 
 
-@dataclass(frozen=True)
-class Chunk:
-    index: int
-    segments: tuple[SegmentPlan, ...]
-
-    @property
-    def frames(self) -> int:
-        return sum(s.write_count for s in self.segments)
-
-
-def plan_chunks(video: VideoSpec) -> list[Chunk]:
-    plans = video_plan(video)
-    step = video.segment_frames - video.segment_overlap
-    per_chunk = max(1, math.ceil(CHUNK_SECONDS * video.fps / step))
-    return [
-        Chunk(i // per_chunk, tuple(plans[i : i + per_chunk]))
-        for i in range(0, len(plans), per_chunk)
-    ]
-
-
-def encode_chunk(ctx: StageContext, job: Job, chunk: Chunk, rendition: str) -> None:
+def encode_chunk(ctx: StageContext, made: Segments, chunk: Chunk, rendition: str) -> None:
+    job = made.job
     video = job.video
     preset = PRESETS[rendition]
     # Local copies live until ffmpeg has read them (an s3 store downloads them for the call).
     # A scratch folder per call: a chunk task and the encode stage may meet on the same chunk.
     with ExitStack() as stack, tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
         entries = [
-            (stack.enter_context(ctx.store.local_path(files.segment(job, segment.index))),
+            (stack.enter_context(ctx.store.local_path(made.segment(segment.index))),
              segment.write_count)
             for segment in chunk.segments
         ]  # fmt: skip
@@ -66,25 +44,16 @@ def encode_chunk(ctx: StageContext, job: Job, chunk: Chunk, rendition: str) -> N
         target = Path(scratch) / "chunk.mp4"
         source = (video.width, video.height)
         run(encode_argv(ffmpeg_exe(), preset, video.fps, source, listing, target))
-        ctx.store.put_file(chunk_key(job, chunk, rendition), target, move=True)
+        ctx.store.put_file(chunk_key(made, chunk, rendition), target, move=True)
 
 
-def chunk_key(job: Job, chunk: Chunk, rendition: str) -> str:
-    return files.chunk(job, rendition, chunk.index, [s.index for s in chunk.segments])
-
-
-def chunk_ready(job: Job, chunk: Chunk) -> bool:
-    """Every segment of the chunk is recorded as done (its files are the recorded ones)."""
-    done = set(job.progress["segments"])
-    return all(s.index in done for s in chunk.segments)
-
-
-def chunks_done(ctx: StageContext, job: Job) -> dict[str, set[int]]:
+def chunks_done(ctx: StageContext, made: Segments) -> dict[str, set[int]]:
     """Chunks already in the store, per rendition: a chunk's name says what it was made from
-    (files.chunk), so one that exists is the right one, whoever encoded it."""
+    (Segments.chunk), so one that exists is the right one, whoever encoded it."""
+    job = made.job
     chunks = [c for c in plan_chunks(job.video) if chunk_ready(job, c)]
     return {
-        r: {c.index for c in chunks if ctx.store.exists(chunk_key(job, c, r))}
+        r: {c.index for c in chunks if ctx.store.exists(chunk_key(made, c, r))}
         for r in job.video.renditions
     }
 
@@ -97,18 +66,19 @@ def record_chunks(ctx: StageContext, job: Job, done: dict[str, set[int]], total:
 def run_encode(ctx: StageContext, job: Job) -> Job:
     video = job.video
     chunks = plan_chunks(video)
-    done = chunks_done(ctx, job)
+    made = Segments.load(ctx.machine, job)
+    done = chunks_done(ctx, made)
     for rendition in video.renditions:
         for chunk in chunks:
             if chunk.index not in done[rendition]:
-                encode_chunk(ctx, job, chunk, rendition)
+                encode_chunk(ctx, made, chunk, rendition)
                 done[rendition].add(chunk.index)
                 job = record_chunks(ctx, job, done, len(chunks))
     joined: dict[str, str] = {}
     for rendition in video.renditions:
         with ExitStack() as stack, tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
             entries = [
-                (stack.enter_context(ctx.store.local_path(chunk_key(job, chunk, rendition))),
+                (stack.enter_context(ctx.store.local_path(chunk_key(made, chunk, rendition))),
                  chunk.frames)
                 for chunk in chunks
             ]  # fmt: skip
@@ -122,6 +92,7 @@ def run_encode(ctx: StageContext, job: Job) -> Job:
         "chunks": {r: sorted(c) for r, c in done.items()},
         "chunks_total": len(chunks),
         "joined": joined,
+        "epoch": made.chunks_epoch,  # what the chunks joined here are named by
     }
     job = ctx.machine.checkpoint(job.job_id, attempt=job.attempt, updates={"encode": encode})
     return ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.MUX)
@@ -146,7 +117,7 @@ class ChunkEncoder:
         chunks = plan_chunks(job.video)
         with self._lock:
             if job.job_id not in self._done:
-                self._done[job.job_id] = chunks_done(self.ctx, job)
+                self._done[job.job_id] = chunks_done(self.ctx, Segments.load(self.ctx.machine, job))
             done = self._done[job.job_id]
             for chunk in chunks:
                 ready = chunk_ready(job, chunk)
@@ -157,10 +128,12 @@ class ChunkEncoder:
 
     def _encode(self, job: Job, chunk: Chunk, total: int) -> None:
         done = self._done[job.job_id]
+        made = Segments.load(self.ctx.machine, job)
         for rendition in job.video.renditions:
             if chunk.index not in done[rendition]:
-                encode_chunk(self.ctx, job, chunk, rendition)
+                encode_chunk(self.ctx, made, chunk, rendition)
                 done[rendition].add(chunk.index)
+        measure_chunk(self.ctx, made, chunk)
         record_chunks(self.ctx, job, done, total)
 
     def drain(self) -> None:

@@ -1,44 +1,66 @@
-"""The store keys of one job's files, as its progress records them (factory.store.keys says
-why they carry attempts and digests)."""
+"""The store keys of one job's files, as its records say (factory.store.keys says why they
+carry attempts and digests). A segment's files are named by the attempt that made it, which
+its row in `job_segments` records: `Segments.load` reads those rows once per stage."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
-from factory.db.state import Job
+from factory.db.state import Job, JobStateMachine, SegmentRecord
+from factory.errors import PermanentError
 from factory.store import keys
 
 
-def segment_attempt(job: Job, index: int) -> int | None:
-    """The attempt whose segment `index` the checkpoint recorded (None: made before attempts
-    were part of the names)."""
-    return job.progress.get("segment_attempts", {}).get(str(index))
+@dataclass(frozen=True)
+class Segments:
+    """A job's recorded segments and the keys of their files."""
 
+    job: Job
+    made: Mapping[int, SegmentRecord]
 
-def segment(job: Job, index: int) -> str:
-    return keys.segment(job.batch, job.video_id, index, segment_attempt(job, index))
+    @classmethod
+    def load(cls, machine: JobStateMachine, job: Job) -> Segments:
+        return cls(job, machine.segments(job.job_id))
 
+    def attempt(self, index: int) -> int | None:
+        record = self.made.get(index)
+        if record is None:
+            raise PermanentError(f"job {self.job.job_id}: segment {index} is not recorded")
+        return record.attempt
 
-def tail(job: Job, index: int) -> str:
-    return keys.tail(job.batch, job.video_id, index, segment_attempt(job, index))
+    def segment(self, index: int) -> str:
+        return keys.segment(self.job.batch, self.job.video_id, index, self.attempt(index))
 
+    def tail(self, index: int) -> str:
+        return keys.tail(self.job.batch, self.job.video_id, index, self.attempt(index))
 
-def thumbs(job: Job, index: int) -> str:
-    return keys.thumbs(job.batch, job.video_id, index, segment_attempt(job, index))
+    def thumbs(self, index: int) -> str:
+        """Seam thumbnails kept with a segment by the code before per-chunk QC."""
+        return keys.thumbs(self.job.batch, self.job.video_id, index, self.attempt(index))
 
+    @property
+    def chunks_epoch(self) -> int:
+        """The epoch the job's chunks are named by: the one the encode stage joined them under
+        once it has (a requeue --from mux or qc starts a new epoch but keeps those chunks),
+        else the job's current one."""
+        encode = self.job.progress.get("encode", {})
+        if "joined" in encode and "epoch" in encode:
+            return int(encode["epoch"])
+        return int(self.job.progress.get("epoch", 0))
 
-def chunk(job: Job, rendition: str, index: int, segments: Iterable[int]) -> str:
-    """A chunk named by what it is made of: the epoch (bumped by every requeue --from) and the
-    segment files, so a chunk left by an earlier run is never joined into a later one."""
-    made_of = {
-        "epoch": job.progress.get("epoch", 0),
-        "rendition": rendition,
-        "segments": [segment(job, s) for s in segments],
-    }
-    digest = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:16]
-    return keys.chunk(job.batch, job.video_id, rendition, index, digest)
+    def chunk(self, rendition: str, index: int, segments: Iterable[int]) -> str:
+        """A chunk named by what it is made of: the epoch (bumped by every requeue --from) and
+        the segment files, so a chunk left by an earlier run is never joined into a later one."""
+        made_of = {
+            "epoch": self.chunks_epoch,
+            "rendition": rendition,
+            "segments": [self.segment(s) for s in segments],
+        }
+        digest = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:16]
+        return keys.chunk(self.job.batch, self.job.video_id, rendition, index, digest)
 
 
 def joined(job: Job, rendition: str) -> str:

@@ -4,6 +4,7 @@ segment in progress; a cold worker resumes from the last stored tail."""
 
 from __future__ import annotations
 
+import functools
 import tempfile
 import time
 from dataclasses import dataclass
@@ -12,15 +13,14 @@ from typing import Any
 import numpy as np
 
 from factory import metrics, stopping
-from factory.db.state import Job
+from factory.db.state import Job, SegmentRecord
 from factory.errors import PermanentError
 from factory.generate import Generator, PromptEmbedding, SegmentSpec, segment_seed
 from factory.generate.guard import check_frames
 from factory.media.intermediate import read_frames, read_tail, write_segment, write_tail
-from factory.pipeline import files
 from factory.pipeline.context import StageContext
+from factory.pipeline.files import Segments
 from factory.plan import SegmentPlan, plan_segments, scene_start_frames
-from factory.qc.pictures import thumbnails
 from factory.qc.seams import WINDOW, colour_record, score_seam
 from factory.spec import VideoSpec
 from factory.stages import Stage
@@ -29,8 +29,15 @@ from factory.store import keys
 
 
 def video_plan(video: VideoSpec) -> list[SegmentPlan]:
-    starts = scene_start_frames([s.start for s in video.scenes], video.fps)
-    return plan_segments(video.frames_total, video.segment_frames, video.segment_overlap, starts)
+    starts = tuple(scene_start_frames([s.start for s in video.scenes], video.fps))
+    return list(_plan(video.frames_total, video.segment_frames, video.segment_overlap, starts))
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(frames: int, length: int, overlap: int, starts: tuple[int, ...]) -> tuple:
+    """Planned once per process and video shape: the segment path asks for it several times
+    per segment, and a 3,000-segment plan takes milliseconds to make."""
+    return tuple(plan_segments(frames, length, overlap, starts))
 
 
 @dataclass
@@ -121,35 +128,27 @@ def generate_segment(
             },
         )
     stopping.check()  # a holder that lost the job stops before it writes anything
-    _store_segment(
-        ctx, job, plan, stitched.frames, stitched.tail, plan.context if tail is not None else 0
-    )
+    _store_segment(ctx, job, plan, stitched.frames, stitched.tail)
     seconds = round(time.monotonic() - started, 3)
     used = getattr(generator, "last_memory", None)
     gpu = (used or {}).get("gpu") or ctx.device
     metrics.segment_done(video.model.family, f"{video.width}x{video.height}", gpu, seconds)
-    key = str(plan.index)
-    seam_record: dict[str, Any] = {}
-    if seam is not None:
-        seams = {
-            **job.progress.get("seams", {}),
-            key: {**seam.to_dict(), "regenerations": regeneration},
-        }
-        seam_record = {"seams": seams}
-    job = ctx.machine.checkpoint(
+    record = SegmentRecord(
+        plan.index,
+        job.attempt,
+        seconds,
+        colour=colour_record(stitched.frames),
+        seam={**seam.to_dict(), "regenerations": regeneration} if seam is not None else None,
+        memory=used or None,
+    )
+    job = ctx.machine.record_segment(
         job.job_id,
         attempt=job.attempt,
+        record=record,
         updates={
             **({"anchor": anchor_stats(stitched.frames)} if plan.index == 0 else {}),
-            "segments": sorted({*job.progress["segments"], plan.index}),
-            "segment_attempts": {**job.progress.get("segment_attempts", {}), key: job.attempt},
             "frame": plan.write_end,
-            "segment_seconds": {**job.progress["segment_seconds"], key: seconds},
-            "colour": {**job.progress.get("colour", {}), key: colour_record(stitched.frames)},
-            **seam_record,
-            **({"memory": {**job.progress.get("memory", {}), key: used}} if used else {}),
         },
-        event="segment.done",
         detail={
             "segment": plan.index,
             "seconds": seconds,
@@ -211,7 +210,6 @@ def _store_segment(
     plan: SegmentPlan,
     frames: np.ndarray,
     tail: np.ndarray,
-    transition: int,
 ) -> None:
     """The segment's files under names of this attempt: whatever a stale holder of the same
     segment writes lands beside them, never on them; the checkpoint then records which
@@ -219,10 +217,6 @@ def _store_segment(
     video = job.video
     batch, name, attempt = video.batch, video.video_id, job.attempt
     work = ctx.work_dir(video)
-    first = frames[min(transition, len(frames) - 1)]
-    ctx.store.put_bytes(
-        keys.thumbs(batch, name, plan.index, attempt), thumbnails(first=first, last=frames[-1])
-    )
     with tempfile.TemporaryDirectory(dir=work) as scratch:
         segment_file = work / scratch / "segment.mkv"
         write_segment(segment_file, frames, video.fps)
@@ -234,15 +228,20 @@ def _store_segment(
         ctx.store.put_file(keys.segment(batch, name, plan.index, attempt), segment_file, move=True)
 
 
+def _recorded(ctx: StageContext, job: Job, index: int) -> Segments:
+    record = ctx.machine.segment(job.job_id, index)
+    return Segments(job, {index: record} if record is not None else {})
+
+
 def _stored_written_tail(ctx: StageContext, job: Job, index: int) -> np.ndarray:
     """The last frames a stored segment wrote (a cold worker's view of the seam's left side)."""
     video = job.video
-    with ctx.store.local_path(files.segment(job, index)) as path:
+    with ctx.store.local_path(_recorded(ctx, job, index).segment(index)) as path:
         return np.ascontiguousarray(read_frames(path, video.width, video.height)[-WINDOW:])
 
 
 def _stored_tail(ctx: StageContext, job: Job, index: int) -> np.ndarray:
-    with ctx.store.local_path(files.tail(job, index)) as path:
+    with ctx.store.local_path(_recorded(ctx, job, index).tail(index)) as path:
         return read_tail(path)
 
 

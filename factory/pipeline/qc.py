@@ -1,15 +1,15 @@
-"""The qc stage: every muxed rendition decoded and compared frame by frame with the lossless
-segment intermediates (PSNR-Y, SSIM, VMAF), checked for black and frozen runs and for the
-stream rules; the seams scored at generation and the colour drift within each scene
-judged; the report, the contact sheet and the quality plot stored beside the outputs. A
-job that fails stops here, before delivery, with the reasons."""
+"""The qc stage: every rendition compared frame by frame with the lossless segment
+intermediates (PSNR-Y, SSIM, VMAF) and checked for black and frozen runs, from the
+measurements made chunk by chunk while generation ran (factory/pipeline/chunk_qc.py); the
+delivered files probed for the stream rules and their packets matched to the measured
+chunks; the seams scored at generation and the colour drift within each scene judged; the
+report, the contact sheet and the quality plot stored beside the outputs. A job that fails
+stops here, before delivery, with the reasons."""
 
 from __future__ import annotations
 
 import json
-import tempfile
-from contextlib import ExitStack
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -18,11 +18,13 @@ from factory import metrics
 from factory.db.state import Job
 from factory.errors import QualityGateFailed
 from factory.generate.guard import FLAT_SPREAD
-from factory.media.analyze import Reference, analyze
-from factory.media.frames import frames_at
-from factory.media.probe import probe
+from factory.media.analyze import PassResult
+from factory.media.probe import probe, video_packet_digests
 from factory.pipeline import files
+from factory.pipeline.chunk_qc import ChunkMeasure, joined_result, measure_chunk, seam_thumbnails
+from factory.pipeline.chunks import plan_chunks
 from factory.pipeline.context import StageContext
+from factory.pipeline.files import Segments
 from factory.pipeline.generate import video_plan
 from factory.plan import SegmentPlan
 from factory.qc import gate, pictures, report
@@ -35,98 +37,80 @@ from factory.store import keys
 def run_qc(ctx: StageContext, job: Job) -> Job:
     video = job.video
     plans = video_plan(video)
+    chunks = plan_chunks(video)
+    made = Segments.load(ctx.machine, job)
     limits = ctx.qc
-    with ExitStack() as stack:
-        work = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=ctx.work_dir(video))))
-        segments = [stack.enter_context(ctx.store.local_path(files.segment(job, p.index)))
-                    for p in plans]  # fmt: skip
-        reference = Reference(
-            [(path, p.write_count) for path, p in zip(segments, plans, strict=True)],
-            video.width,
-            video.height,
+    # Measured chunk by chunk while generation ran; a chunk that the encode stage itself
+    # encoded is measured now, the same way.
+    measures = [measure_chunk(ctx, made, chunk) for chunk in chunks]
+    renditions: dict[str, dict[str, Any]] = {}
+    series: dict[str, dict[str, list[float]]] = {}
+    defects: dict[str, list[list[float]]] = {"black": [], "frozen": []}
+    for rendition in video.renditions:
+        with ctx.store.local_path(files.muxed(job, rendition)) as muxed:
+            facts = probe(muxed)
+            packets = video_packet_digests(muxed, [c.frames for c in chunks])
+        measured = as_delivered(
+            joined_result(measures, rendition, video.fps), measures, rendition, packets, video.fps
         )
-        renditions: dict[str, dict[str, Any]] = {}
-        series: dict[str, dict[str, list[float]]] = {}
-        defects: dict[str, list[list[float]]] = {"black": [], "frozen": []}
-        muxed = {
-            r: stack.enter_context(ctx.store.local_path(files.muxed(job, r)))
-            for r in video.renditions
+        fidelity = gate.fidelity(measured, limits.vmaf_subsample) if measured.decoded_ok else None
+        checks = [
+            *gate.decode_checks(measured, video.frames_total),
+            *gate.truncation_checks(facts, measured),
+            *expected_checks(video, rendition, facts),
+            *(gate.content_checks(measured, limits) if rendition == video.renditions[0] else []),
+            *(gate.fidelity_checks(fidelity, limits) if fidelity else []),
+        ]
+        content = {"black": _runs(measured.black), "frozen": _runs(measured.frozen)}
+        renditions[rendition] = {
+            "checks": checks,
+            "fidelity": fidelity,
+            "content": content,
+            "probe": probe_summary(facts),
         }
-        measured_all = analyze(
-            muxed,
-            video.fps,
-            video.frames_total / video.fps,
-            reference=reference,
-            work=work / "analysis",
-            subsample=limits.vmaf_subsample,
+        series[rendition] = measured.per_frame
+        for kind, limit in (("black", limits.black_seconds), ("frozen", limits.freeze_seconds)):
+            defects[kind] += [r for r in content[kind] if r[1] - r[0] >= limit]
+    records = [made.made[p.index] for p in plans if p.index in made.made]
+    seams = [r.seam for r in records if r.index > 0 and r.seam is not None]
+    colours = {str(r.index): r.colour for r in records if r.colour is not None}
+    drift = scene_drift([p.scene for p in plans], colours)
+    segment_checks = [
+        gate.Check(
+            f"segment_{index}_spread",
+            rec["spread"] >= FLAT_SPREAD,
+            rec["spread"],
+            FLAT_SPREAD,
+            f"segment {index} is one flat colour",
         )
-        for rendition in video.renditions:
-            facts = probe(muxed[rendition])
-            measured = measured_all[rendition]
-            fidelity = (
-                gate.fidelity(measured, limits.vmaf_subsample) if measured.decoded_ok else None
-            )
-            checks = [
-                *gate.decode_checks(measured, video.frames_total),
-                *expected_checks(video, rendition, facts),
-                *(
-                    gate.content_checks(measured, limits)
-                    if rendition == video.renditions[0]
-                    else []
-                ),
-                *(gate.fidelity_checks(fidelity, limits) if fidelity else []),
-            ]
-            content = {"black": _runs(measured.black), "frozen": _runs(measured.frozen)}
-            renditions[rendition] = {
-                "checks": checks,
-                "fidelity": fidelity,
-                "content": content,
-                "probe": probe_summary(facts),
-            }
-            series[rendition] = measured.per_frame
-            for kind, limit in (("black", limits.black_seconds), ("frozen", limits.freeze_seconds)):
-                defects[kind] += [r for r in content[kind] if r[1] - r[0] >= limit]
-        seams = [
-            job.progress.get("seams", {})[str(p.index)]
-            for p in plans[1:]
-            if str(p.index) in job.progress.get("seams", {})
-        ]
-        colours = job.progress.get("colour", {})
-        drift = scene_drift([p.scene for p in plans], colours)
-        segment_checks = [
-            gate.Check(
-                f"segment_{index}_spread",
-                rec["spread"] >= FLAT_SPREAD,
-                rec["spread"],
-                FLAT_SPREAD,
-                f"segment {index} is one flat colour",
-            )
-            for index, rec in sorted(colours.items(), key=lambda kv: int(kv[0]))
-        ]
-        images = {"contact": "contact.png", "quality": "quality.png"}
-        document = report.build(
-            {"job_id": job.job_id},
-            renditions,
-            seams=seams,
-            seam_checks=gate.seam_checks(seams),
-            drift=drift,
-            drift_checks=gate.drift_checks(drift, limits),
-            segment_checks=segment_checks,
-            limits=limits,
-            images=images,
-        )
-        title = f"{job.job_id}: {'passed' if document['passed'] else 'FAILED'}"
-        sheet = pictures.contact_sheet(title, _seam_pictures(ctx, job, plans, segments, seams))
-        plot = pictures.quality_plot(title, video.fps, series, seams, limits.to_dict(), defects)
+        for index, rec in sorted(colours.items(), key=lambda kv: int(kv[0]))
+    ]
+    images = {"contact": "contact.png", "quality": "quality.png"}
+    document = report.build(
+        {"job_id": job.job_id},
+        renditions,
+        seams=seams,
+        seam_checks=gate.seam_checks(seams),
+        drift=drift,
+        drift_checks=gate.drift_checks(drift, limits),
+        segment_checks=segment_checks,
+        limits=limits,
+        images=images,
+    )
+    title = f"{job.job_id}: {'passed' if document['passed'] else 'FAILED'}"
+    thumbs = {i: t for m, c in zip(measures, chunks, strict=True)
+              for i, t in seam_thumbnails(ctx, m, c).items()}  # fmt: skip
+    sheet = pictures.contact_sheet(title, _seam_pictures(plans, thumbs, seams))
+    plot = pictures.quality_plot(title, video.fps, series, seams, limits.to_dict(), defects)
     # Under this attempt's folder: the report and pictures of an earlier run are never
     # mistaken for this one's, and a stale holder's land beside them.
-    made = {name: keys.work(video.batch, video.video_id, f"{name}.png", job.attempt)
-            for name in images}  # fmt: skip
-    ctx.store.put_bytes(made["contact"], sheet)
-    ctx.store.put_bytes(made["quality"], plot)
+    made_keys = {name: keys.work(video.batch, video.video_id, f"{name}.png", job.attempt)
+                 for name in images}  # fmt: skip
+    ctx.store.put_bytes(made_keys["contact"], sheet)
+    ctx.store.put_bytes(made_keys["quality"], plot)
     report_key = keys.work(video.batch, video.video_id, "qc.json", job.attempt)
     ctx.store.put_bytes(report_key, json.dumps(document, indent=2).encode())
-    summary = {**report.summary(document), "report": report_key, "pictures": made}
+    summary = {**report.summary(document), "report": report_key, "pictures": made_keys}
     job = ctx.machine.checkpoint(
         job.job_id,
         attempt=job.attempt,
@@ -140,40 +124,48 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
     return ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.DELIVER)
 
 
+def as_delivered(
+    measured: PassResult,
+    measures: list[ChunkMeasure],
+    rendition: str,
+    packets: list[tuple[int, str]],
+    fps: float,
+) -> PassResult:
+    """The chunks' measurements stand for the delivered file only if its video packets are,
+    chunk by chunk, the ones that were decoded and measured (the join and the mux copy them);
+    otherwise the file does not decode as measured, and the failure says where."""
+    in_file = sum(count for count, _ in packets)
+    for measure, (count, digest) in zip(measures, packets, strict=False):
+        expected = measure.renditions[rendition]["packets"]
+        if (count, digest) != (expected["count"], expected["sha256"]):
+            what = "other bytes" if count == expected["count"] else f"{count} packets"
+            problem = (
+                f"from {measure.first_frame / fps:.2f} s (chunk {measure.index}) the file holds "
+                f"{what} where the measured chunk has {expected['count']}"
+            )
+            return replace(measured, decoded_ok=False, decode_error=problem, frames=in_file)
+    extra = packets[len(measures)][0] if len(packets) > len(measures) else 0
+    if extra:
+        problem = f"{extra} packets after the last measured chunk"
+        return replace(measured, decoded_ok=False, decode_error=problem, frames=in_file)
+    return measured
+
+
 def _seam_pictures(
-    ctx: StageContext,
-    job: Job,
     plans: list[SegmentPlan],
-    segments: list[Path],
+    thumbs: dict[int, dict[str, np.ndarray]],
     seams: list[dict[str, Any]],
 ) -> list[pictures.SeamPicture]:
-    """The last frame written before each seam and the first after its transition: from the
-    thumbnails kept with each segment, else read from the lossless segment files."""
+    """The last frame written before each seam and the first after its transition, from the
+    thumbnails the chunk measurements kept."""
     by_index = {s["seam"]: s for s in seams}
-    out = []
-    for plan in plans[1:]:
-        seam = by_index.get(plan.index)
-        if seam is None:
-            continue
-        before = _thumb(ctx, job, plan.index - 1, "last")
-        after = _thumb(ctx, job, plan.index, "first")
-        if before is None or after is None:
-            previous = plans[plan.index - 1]
-            found_before = frames_at(segments[plan.index - 1], [previous.write_count - 1])
-            found_after = frames_at(segments[plan.index], [min(plan.context, plan.write_count - 1)])
-            before = next(iter(found_before.values()), None)
-            after = next(iter(found_after.values()), None)
-        if before is not None and after is not None:
-            out.append(pictures.SeamPicture(seam, before, after))
-    return out
-
-
-def _thumb(ctx: StageContext, job: Job, index: int, name: str) -> np.ndarray | None:
-    key = files.thumbs(job, index)
-    if not ctx.store.exists(key):
-        return None
-    with ctx.store.local_path(key) as path:
-        return pictures.read_thumbnails(path.read_bytes()).get(name)
+    return [
+        pictures.SeamPicture(
+            by_index[p.index], thumbs[p.index - 1]["last"], thumbs[p.index]["first"]
+        )
+        for p in plans[1:]
+        if p.index in by_index
+    ]
 
 
 def _runs(runs: list[tuple[float, float]]) -> list[list[float]]:

@@ -21,6 +21,7 @@ SCHEMA = "factory.qc/2"
 AV_TOLERANCE_S = 0.042
 PSNR_KIND = "PSNR-Y (luma), per frame, arithmetic mean over frames"
 TAGS = {"hevc": "hvc1", "h264": "avc1"}
+TRUNCATION_FRAMES = 1  # decoded may fall this many frames short of the declared count
 
 
 @dataclass
@@ -59,6 +60,33 @@ def decode_checks(result: PassResult, expected_frames: int | None) -> list[Check
             )
         )
     return checks
+
+
+def truncation_checks(facts: Probe, result: PassResult) -> list[Check]:
+    """The frames and seconds that decode against what the container declares (its index
+    survives a copy cut short, its frames do not); one frame short is tolerated."""
+    v = facts.video
+    if v is None or result.frames is None or v.declared_frames is None:
+        return []
+    decoded = result.frames
+    seconds = decoded / v.fps if v.fps > 0 else None
+    declared_s = v.declared_duration
+    short_frames = v.declared_frames - decoded > TRUNCATION_FRAMES
+    short_seconds = (
+        seconds is not None
+        and declared_s is not None
+        and declared_s - seconds > TRUNCATION_FRAMES / v.fps + 1e-3
+    )
+    return [
+        Check(
+            "truncated",
+            not (short_frames or short_seconds),
+            {"frames": decoded, "seconds": _seconds(seconds)},
+            {"frames": v.declared_frames, "seconds": _seconds(declared_s)},
+            f"declared {v.declared_frames} frames / {_tenths(declared_s)} s, "
+            f"decoded {decoded} / {_tenths(seconds)} s",
+        )
+    ]
 
 
 def stream_checks(facts: Probe) -> list[Check]:
@@ -255,6 +283,14 @@ def failures_of(scope: str, checks: list[Check]) -> list[dict[str, str]]:
         for c in checks
         if not c.passed
     ]
+
+
+def _seconds(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def _tenths(value: float | None) -> str:
+    return "?" if value is None else f"{value:.1f}"
 
 
 def _runs(runs: list[tuple[float, float]]) -> list[list[float]]:

@@ -23,19 +23,28 @@ class SeamPicture:
 
 
 def thumbnails(first: np.ndarray, last: np.ndarray) -> bytes:
-    """A segment's first frame after its seam and its last written frame, shrunk to the
-    contact sheet's width and stacked in one small PNG (byte-for-byte deterministic), kept
-    with each segment so the sheet needs no decoding of the intermediates."""
-    out = io.BytesIO()
-    stacked = np.concatenate([np.asarray(_thumb(first)), np.asarray(_thumb(last))])
-    Image.fromarray(stacked).save(out, format="PNG")
-    return out.getvalue()
+    """A segment's first frame after its seam and its last written frame (see thumb_strip)."""
+    return thumb_strip([first, last])
 
 
 def read_thumbnails(data: bytes) -> dict[str, np.ndarray]:
+    first, last = read_strip(data, 2)
+    return {"first": first, "last": last}
+
+
+def thumb_strip(frames: Sequence[np.ndarray]) -> bytes:
+    """Frames shrunk to the contact sheet's width and stacked in one small PNG (byte-for-byte
+    deterministic): what the sheet shows, kept so that it needs no decoding later."""
+    out = io.BytesIO()
+    stacked = np.concatenate([np.asarray(_thumb(frame)) for frame in frames])
+    Image.fromarray(stacked).save(out, format="PNG", compress_level=1)
+    return out.getvalue()
+
+
+def read_strip(data: bytes, count: int) -> list[np.ndarray]:
     stacked = np.asarray(Image.open(io.BytesIO(data)).convert("RGB"))
-    half = stacked.shape[0] // 2
-    return {"first": stacked[:half], "last": stacked[half:]}
+    height = stacked.shape[0] // count
+    return [stacked[i * height : (i + 1) * height] for i in range(count)]
 
 
 def _thumb(frame: np.ndarray) -> Image.Image:

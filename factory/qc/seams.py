@@ -55,8 +55,13 @@ def srgb_to_lab(rgb: np.ndarray) -> np.ndarray:
 
 def mean_lab(frames: np.ndarray) -> np.ndarray:
     """Mean Lab of frames (the mean RGB converted: cheap, and what a viewer sees as the cast)."""
-    mean_rgb = frames.reshape(-1, 3).astype(np.float64).mean(axis=0)
-    return srgb_to_lab(mean_rgb)
+    return srgb_to_lab(mean_rgb(frames))
+
+
+def mean_rgb(frames: np.ndarray) -> np.ndarray:
+    """Mean of each channel, in float64, without a float copy of the frames (channel by
+    channel: five times faster than a mean over the interleaved pixels at 832x480)."""
+    return np.array([frames[..., c].mean(dtype=np.float64) for c in range(3)])
 
 
 def colour_record(frames: np.ndarray) -> dict[str, Any]:
@@ -83,7 +88,10 @@ def _box(image: np.ndarray, size: int) -> np.ndarray:
 
 def ssim(a: np.ndarray, b: np.ndarray, size: int = 8) -> float:
     """Mean SSIM of two frames' luma over 8x8 windows (Wang et al., box window)."""
-    x, y = luma(a), luma(b)
+    return ssim_of_luma(luma(a), luma(b), size)
+
+
+def ssim_of_luma(x: np.ndarray, y: np.ndarray, size: int = 8) -> float:
     size = min(size, *x.shape)
     c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
     mx, my = _box(x, size), _box(y, size)
@@ -148,8 +156,10 @@ def score_seam(
     delta_l = max(0.0, float(abs(delta[0])) - natural[1])
     distance = transition + 1
     seam_ssim = ssim(before[-1], after[transition])
-    pairs = [(w[i], w[i + distance]) for w in (before, settled) for i in range(len(w) - distance)]
-    normal_ssim = float(np.median([ssim(p, q) for p, q in pairs])) if pairs else seam_ssim
+    lumas = [luma(w) for w in (before, settled)]  # each frame's luma once
+    firsts = np.concatenate([w[: max(0, len(w) - distance)] for w in lumas])
+    seconds = np.concatenate([w[distance:] for w in lumas])
+    normal_ssim = float(np.median(_ssims(firsts, seconds))) if len(firsts) else seam_ssim
     score = SeamScore(
         seam,
         frame,
@@ -176,13 +186,43 @@ def score_seam(
     return score
 
 
+def _ssims(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """ssim_of_luma of each pair of planes in two stacks [N, H, W], a few pairs at a time:
+    small frames go many to a numpy call (the calls' overhead is the cost there), large ones
+    one at a time (the arrays' size is: a stack of them falls out of the caches)."""
+    per_call = max(1, (1 << 17) // max(1, x[0].size)) if len(x) else 1
+    values: list[float] = []
+    for start in range(0, len(x), per_call):
+        values.extend(_ssim_stack(x[start : start + per_call], y[start : start + per_call]))
+    return np.asarray(values)
+
+
+def _ssim_stack(x: np.ndarray, y: np.ndarray, size: int = 8) -> np.ndarray:
+    size = min(size, *x.shape[1:])
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    mx, my = _boxes(x, size), _boxes(y, size)
+    vx = _boxes(x * x, size) - mx * mx
+    vy = _boxes(y * y, size) - my * my
+    cov = _boxes(x * y, size) - mx * my
+    value = ((2 * mx * my + c1) * (2 * cov + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
+    return value.reshape(len(value), -1).mean(axis=1)
+
+
+def _boxes(images: np.ndarray, size: int) -> np.ndarray:
+    """_box of each image in a stack [N, H, W]."""
+    s = np.pad(images, ((0, 0), (1, 0), (1, 0))).cumsum(1).cumsum(2)
+    return (
+        s[:, size:, size:] - s[:, :-size, size:] - s[:, size:, :-size] + s[:, :-size, :-size]
+    ) / (size * size)
+
+
 def _natural_lab_change(
     before: np.ndarray, after: np.ndarray, distance: int
 ) -> tuple[float, float]:
     """Median ΔE and ΔL between mean colours of frame pairs `distance` apart inside the windows."""
     changes = []
     for frames in (before, after):
-        labs = [srgb_to_lab(f.reshape(-1, 3).astype(np.float64).mean(axis=0)) for f in frames]
+        labs = [srgb_to_lab(mean_rgb(f)) for f in frames]
         for a, b in zip(labs, labs[distance:], strict=False):
             changes.append((float(np.sqrt(((b - a) ** 2).sum())), float(abs(b[0] - a[0]))))
     if not changes:

@@ -58,8 +58,10 @@ def test_failure_and_batch_completion_alerts(tmp_path: Path, receiver: Receiver)
         "batch: alerting\ndefaults: {duration: 3, fps: 8, resolution: 96x64, "
         "segment: {frames: 8, overlap: 2}, renditions: [mobile]}\nvideos:\n"
         "  - {id: ok, prompt: 'a harbor'}\n"
-        "  - {id: broken, prompt: 'a forest', audio: {asset: beds/missing.ogg}}\n"
+        "  - {id: broken, prompt: 'a forest', audio: {asset: beds/broken.ogg}}\n"
     )
+    not_audio = tmp_path / "broken.ogg"  # exists (submit checks that), but fails in mux
+    not_audio.write_bytes(b"this is not an ogg file" * 100)
     env = {
         **embedded_env(tmp_path / "home"),
         "FACTORY_WEBHOOK_URL": receiver.url,
@@ -67,13 +69,14 @@ def test_failure_and_batch_completion_alerts(tmp_path: Path, receiver: Receiver)
         "FACTORY_WEBHOOK_BACKOFF": "0.1",
         "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
     }
+    assert run_cli("store", "put", str(not_audio), "beds/broken.ogg", env=env).returncode == 0
     done = run_cli("run", str(manifest), env=env, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr  # one job failed
     events = [p["event"] for p in receiver.payloads()]
     assert events == ["job.failed", "job.failed", "batch.completed"]  # first one retried
     failed, _, completed = receiver.payloads()
     assert failed["job_id"] == "alerting.broken" and failed["stage"] == "mux"
-    assert "beds/missing.ogg" in failed["message"] and "FAILED in mux" in failed["text"]
+    assert "FAILED in mux" in failed["text"]
     summary = completed["summary"]
     assert (summary["delivered"], summary["failed"], summary["jobs"]) == (1, 1, 2)
     assert summary["qc"] == {"passed": 1, "failed": 0, "not_run": 1}

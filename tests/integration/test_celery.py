@@ -274,3 +274,26 @@ def test_requeue_sends_the_job_back_to_the_workers(cluster: Cluster, tmp_path: P
     events = [e.event for e in cluster.factory().jobs.events(job_id)]
     assert events.count("requeued") == 1 and events[-1] == "advanced"
     assert set(cluster.segment_counts(job_id).values()) == {1}  # generation was kept
+
+
+def test_a_model_directory_only_gpu_nodes_see_is_checked_by_the_gpu_worker(
+    cluster: Cluster, tmp_path: Path
+):
+    """Submitted from a host that does not see /models: a warning; the Celery GPU worker then
+    checks the directory before the first segment and fails the job naming it."""
+    elsewhere = "/gpu-nodes-only/SkyReels-V2-DF-1.3B"
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        "batch: remote\nvideos:\n  - id: v\n    duration: 4\n    fps: 8\n"
+        "    resolution: 96x64\n    prompt: 'a harbor'\n"
+        f"    model: {{family: skyreels-v2-df, path: {elsewhere}}}\n"
+    )
+    cluster.start_workers(gpus=1, cpu=False, beat=False)
+    submitted = run_cli("submit", str(path), env=cluster.env)
+    assert submitted.returncode == 0, submitted.stderr
+    assert "is not visible from this host" in submitted.stderr
+    (job,) = cluster.wait_done(submitted.stdout.split(), timeout=120)
+    assert job.stage is Stage.FAILED and job.stopped_stage is Stage.GENERATE
+    assert f"model directory {elsewhere} does not exist on this host" in job.last_error["message"]
+    assert job.progress["segments"] == []
+    assert cluster.segment_counts(job.job_id) == {}

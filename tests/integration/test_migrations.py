@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from factory.db import migrate
 from factory.db.models import metadata
 from factory.db.session import Database
 from factory.errors import SchemaNotReady
 
-TABLES = {"batches", "jobs", "job_events", "prompt_embeddings", "gpu_nodes"}
+TABLES = {"batches", "jobs", "job_events", "job_segments", "prompt_embeddings", "gpu_nodes"}
 
 
 def tables(database: Database) -> set[str]:
@@ -53,4 +53,56 @@ def test_ensure_schema_upgrades_embedded_and_refuses_otherwise(any_url: str):
     migrate.ensure_schema(database, auto_upgrade=True)
     assert migrate.current_revision(database) == migrate.head_revision()
     migrate.ensure_schema(database, auto_upgrade=False)
+    database.dispose()
+
+
+LEGACY_PROGRESS = {
+    "frame": 30,
+    "frames_total": 40,
+    "segments": [0, 1],
+    "segments_total": 3,
+    "segment_seconds": {"0": 1.5, "1": 2.5},
+    "segment_attempts": {"0": 3, "1": 4},
+    "colour": {"0": {"spread": 40.0}, "1": {"spread": 41.0}},
+    "seams": {"1": {"seam": 1, "passed": True, "regenerations": 0}},
+    "timings": {},
+}
+
+
+def test_0005_moves_per_segment_records_out_of_progress_and_back(any_url: str):
+    """A job made before 0005 keeps every segment's record: as rows after the upgrade (its
+    progress slimmed), back in its progress after a downgrade."""
+    import json
+
+    from factory.db.state import JobStateMachine
+
+    database = Database(any_url)
+    migrate.upgrade(database, "0004")
+    with database.transaction() as conn:
+        conn.execute(text("INSERT INTO batches (batch, source, created_at) "
+                          "VALUES ('old', 'm.yaml', '2026-12-01 00:00:00+00')"))  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO jobs (job_id, batch, spec, spec_sha256, stage, progress, attempt, "
+                "recoveries, trace_id, created_at, updated_at) VALUES ('old.v', 'old', '{}', "
+                "'x', 'generate', :p, 4, 0, 't', '2026-12-01 00:00:00+00', "
+                "'2026-12-01 00:00:00+00')"
+            ),
+            {"p": json.dumps(LEGACY_PROGRESS)},
+        )
+    migrate.upgrade(database)
+    machine = JobStateMachine(database)
+    made = machine.segments("old.v")
+    assert [(r.index, r.attempt, r.seconds) for r in made.values()] == [(0, 3, 1.5), (1, 4, 2.5)]
+    assert made[0].colour == {"spread": 40.0} and made[0].seam is None
+    assert made[1].seam == {"seam": 1, "passed": True, "regenerations": 0}
+    progress = machine.get("old.v").progress
+    assert not {"segment_seconds", "segment_attempts", "colour", "seams"} & progress.keys()
+    assert progress["segments"] == [0, 1]
+    migrate.downgrade(database, "0004")
+    with database.transaction() as conn:
+        raw = conn.execute(text("SELECT progress FROM jobs")).scalar_one()
+    restored = json.loads(raw) if isinstance(raw, str) else raw
+    for key in ("segment_seconds", "segment_attempts", "colour", "seams"):
+        assert restored[key] == LEGACY_PROGRESS[key], key
     database.dispose()

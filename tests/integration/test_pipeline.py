@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from factory import preflight
 from factory.app import Factory
 from factory.config import Settings
 from factory.errors import MediaError, NoSuchJob
@@ -24,6 +25,7 @@ from factory.media.probe import probe
 from factory.pipeline import files
 from factory.pipeline.context import StageContext
 from factory.pipeline.encode import run_encode
+from factory.pipeline.files import Segments
 from factory.pipeline.generate import run_generate, video_plan
 from factory.pipeline.mux import run_mux
 from factory.pipeline.runner import run_job
@@ -35,11 +37,6 @@ from tests.conftest import REPO, run_cli
 from tests.conftest import embedded_env as home_env
 
 BEDS = REPO / "examples" / "assets"
-
-
-def put_beds(env: dict[str, str]) -> None:
-    for bed in BEDS.glob("*.ogg"):
-        assert run_cli("store", "put", str(bed), f"beds/{bed.name}", env=env).returncode == 0
 
 
 def in_process(home: Path) -> tuple[Factory, StageContext]:
@@ -54,8 +51,8 @@ def write_manifest(path: Path, body: str) -> Path:
 
 
 def test_quick_batch_end_to_end(tmp_path: Path):
+    """The README's example as it is, on a fresh home: its beds come from beside the manifest."""
     env = home_env(tmp_path / "home")
-    put_beds(env)
     done = run_cli("run", str(REPO / "examples" / "quick.yaml"), env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "2 of 2 videos delivered" in done.stdout
@@ -93,16 +90,20 @@ def test_quick_batch_end_to_end(tmp_path: Path):
 
 
 def test_same_spec_gives_identical_intermediates(tmp_path: Path):
-    manifest = load_manifest(REPO / "examples" / "quick.yaml")
     digests = []
     for name in ("a", "b"):
         factory, ctx = in_process(tmp_path / name)
+        store = ctx.store
+        quick = load_manifest(REPO / "examples" / "quick.yaml")
+        checked = preflight.check(quick, lambda s=store: s)
+        preflight.upload(checked, store)
+        manifest = checked.manifest
         job = submit(manifest, factory.jobs, None).jobs[0]
         job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="t")
         run_generate(ctx, job)
         files = sorted((tmp_path / name / "store" / "quick" / "harbor" / "segments").iterdir())
         digests.append({f.name: hashlib.sha256(f.read_bytes()).hexdigest() for f in files})
-    assert len(digests[0]) == 11  # 4 segments, 3 tails, 4 thumbnail pairs
+    assert len(digests[0]) == 7  # 4 segments, 3 tails
     assert digests[0] == digests[1]
 
 
@@ -182,7 +183,21 @@ def test_cancel_stops_the_run_at_the_next_checkpoint(tmp_path: Path):
     assert len(job.progress["segments"]) < job.progress["segments_total"]
 
 
-def test_missing_audio_asset_fails_in_mux_and_requeue_continues(tmp_path: Path):
+def test_missing_audio_asset_is_refused_before_any_job_exists(tmp_path: Path):
+    env = home_env(tmp_path / "home")
+    manifest = write_manifest(
+        tmp_path / "m.yaml",
+        TIMED.replace("seconds_per_segment: 0.6", "seconds_per_segment: 0.01")
+        + "    audio: {asset: beds/late.ogg}\n",
+    )
+    refused = run_cli("run", str(manifest), env=env, timeout=300)
+    assert refused.returncode == 2, refused.stderr
+    assert "videos[0].audio.asset: beds/late.ogg does not exist in the store" in refused.stderr
+    assert "factory store put" in refused.stderr
+    assert "no job" in run_cli("status", "crash.slow", env=env).stderr
+
+
+def test_asset_gone_after_submit_fails_in_mux_and_requeue_continues(tmp_path: Path):
     home = tmp_path / "home"
     env = home_env(home)
     manifest = write_manifest(
@@ -190,8 +205,13 @@ def test_missing_audio_asset_fails_in_mux_and_requeue_continues(tmp_path: Path):
         TIMED.replace("seconds_per_segment: 0.6", "seconds_per_segment: 0.01")
         + "    audio: {asset: beds/late.ogg}\n",
     )
-    failed = run_cli("run", str(manifest), env=env, timeout=300)
-    assert failed.returncode == 1
+    bed = BEDS / "calm-bed.ogg"
+    assert run_cli("store", "put", str(bed), "beds/late.ogg", env=env).returncode == 0
+    assert run_cli("submit", str(manifest), env=env).returncode == 0
+    (home / "store" / "beds" / "late.ogg").unlink()  # removed from the store after submit
+    _, ctx = in_process(home)
+    failed = run_job(ctx, "crash.slow", worker="t")
+    assert failed.stage is Stage.FAILED
     status = run_cli("status", "crash.slow", env=env).stdout
     assert "failed (in mux)" in status and "beds/late.ogg" in status
     assert "factory store put" in status
@@ -201,8 +221,7 @@ def test_missing_audio_asset_fails_in_mux_and_requeue_continues(tmp_path: Path):
     )
     requeued = json.loads(run_cli("requeue", "crash.slow", "--json", env=env).stdout)
     assert requeued["stage"] == "mux" and requeued["progress"]["encode"]["joined"]
-    finished = run_cli("run", str(manifest), env=env, timeout=300)
-    assert finished.returncode == 0, finished.stderr
+    assert run_job(ctx, "crash.slow", worker="t").stage is Stage.DONE
     events = json.loads(run_cli("events", "crash.slow", "--json", env=env).stdout)
     total = requeued["progress"]["segments_total"]
     assert sum(e["event"] == "segment.done" for e in events) == total  # none regenerated
@@ -266,6 +285,6 @@ def test_drift_control_pulls_later_segments_toward_the_first(tmp_path: Path):
         for _ in range(6):
             job, warm = generate_segment(ctx, job, warm)
         anchor = np.array(job.progress["anchor"]["mean"])
-        last = read_frames(ctx.store.path(files.segment(job, 5)), 160, 96)
+        last = read_frames(ctx.store.path(Segments.load(factory.jobs, job).segment(5)), 160, 96)
         gaps[factor] = float(np.abs(channel_stats(last)[0] - anchor).mean())
     assert gaps[1.0] < gaps[0.0] / 2, gaps

@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import pytest
 
-from factory.db.state import Job, JobStateMachine
+from factory.db.state import Job, JobStateMachine, SegmentRecord
 from factory.errors import IllegalTransition, InvalidOperation, NoSuchJob, StaleAttempt
 from factory.manifest import parse_manifest
 from factory.stages import PIPELINE, Stage
@@ -169,6 +169,52 @@ def test_requeue_from_generate_starts_generation_over(machine: JobStateMachine, 
     machine.checkpoint(job.job_id, attempt=job.attempt, updates={"segments": [0, 1], "frame": 44})
     back = machine.requeue(job.job_id, from_stage=Stage.GENERATE)
     assert back.progress["segments"] == [] and back.progress["frame"] == 0
+
+
+def record(machine: JobStateMachine, job: Job, index: int, **updates) -> Job:
+    made = SegmentRecord(index, job.attempt, 1.5 + index, {"spread": 40.0 + index}, None, None)
+    return machine.record_segment(
+        job.job_id, attempt=job.attempt, record=made, updates=updates,
+        detail={"segment": index, "token": "hunter2-not-a-secret"},
+    )  # fmt: skip
+
+
+def test_a_recorded_segment_is_a_row_an_index_and_an_event(
+    machine: JobStateMachine, batch_name: str
+):
+    job = job_at(machine, batch_name, Stage.GENERATE)
+    job = machine.interrupt(job.job_id, attempt=job.attempt, reason="gateway away",
+                            kind="RetryableError", give_up_after=3600, advice="wait")  # fmt: skip
+    job = machine.claim(job.job_id, seen_attempt=job.attempt, worker="w2")
+    for index in (0, 1, 2):
+        job = record(machine, job, index, frame=(index + 1) * 20)
+    assert job.progress["segments"] == [0, 1, 2] and job.progress["frame"] == 60
+    assert "interrupted" not in job.progress and job.recoveries == 0
+    job = record(machine, job, 1)  # recorded again (a regeneration): still once, in order
+    job = record(machine, job, 5)
+    job = record(machine, job, 4)  # out of order: kept sorted
+    assert job.progress["segments"] == [0, 1, 2, 4, 5]
+    assert job == machine.get(job.job_id)
+    made = machine.segments(job.job_id)
+    assert sorted(made) == [0, 1, 2, 4, 5] and made[4].seconds == 5.5
+    assert made[1].attempt == job.attempt and made[1].colour == {"spread": 41.0}
+    assert machine.segment(job.job_id, 3) is None
+    assert machine.segment_seconds([job.job_id]) == {job.job_id: (5, sum(1.5 + i for i in made))}
+    done = [e for e in machine.events(job.job_id) if e.event == "segment.done"]
+    assert [e.detail["segment"] for e in done] == [0, 1, 2, 1, 5, 4]
+    assert all(e.attempt == job.attempt and e.stage is Stage.GENERATE for e in done)
+    # a stale holder records nothing: no row, no index, no event
+    newer = machine.claim(job.job_id, seen_attempt=job.attempt, worker="w3")
+    with pytest.raises(StaleAttempt, match=r"attempt \d+ holds the job now by w3"):
+        record(machine, job, 3)
+    assert machine.segment(job.job_id, 3) is None
+    assert machine.get(job.job_id).progress["segments"] == [0, 1, 2, 4, 5]
+    assert len([e for e in machine.events(job.job_id) if e.event == "segment.done"]) == 6
+    # requeue --from generate forgets the rows with the segments
+    machine.cancel(job.job_id)
+    back = machine.requeue(job.job_id, from_stage=Stage.GENERATE)
+    assert back.progress["segments"] == [] and machine.segments(job.job_id) == {}
+    assert newer.attempt < back.attempt
 
 
 def test_requeue_fences_the_old_worker(machine: JobStateMachine, batch_name: str):

@@ -23,7 +23,7 @@ from factory.config import Settings
 from factory.db.session import Database
 from factory.db.state import JobStateMachine
 from factory.media.intermediate import read_frames
-from factory.pipeline import files
+from factory.pipeline.files import Segments
 from factory.stages import Stage
 from factory.store.file import FileStore
 from tests.conftest import PG_ADMIN_DSN, run_cli
@@ -43,12 +43,13 @@ def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return 10 * np.log10(255.0**2 / np.maximum(mse, 1e-6))
 
 
-def segments_video(store: FileStore, job, width: int, height: int) -> np.ndarray:
+def segments_video(store: FileStore, made: Segments, width: int, height: int) -> np.ndarray:
     """The frames the job's recorded segments write, in order (the lossless truth)."""
     from factory.pipeline.generate import video_plan
 
+    job = made.job
     parts = [
-        read_frames(store.path(files.segment(job, p.index)), width, height)[: p.write_count]
+        read_frames(store.path(made.segment(p.index)), width, height)[: p.write_count]
         for p in video_plan(job.video)
     ]
     return np.concatenate(parts).astype(np.float32)
@@ -75,15 +76,17 @@ def test_a_requeue_delivers_what_was_redone_never_stale_video(cluster: Cluster, 
     assert first.stage is Stage.DONE, cluster.logs()
     store = FileStore(cluster.home / "store")
     width, height = first.spec["width"], first.spec["height"]
-    old_truth = segments_video(store, first, width, height)
+    machine = cluster.factory().jobs
+    first_made = Segments.load(machine, first)
+    old_truth = segments_video(store, first_made, width, height)
     assert psnr(delivered(cluster, first), old_truth).min() > 30
 
     # --from encode: a chunk left in the store by the earlier run (here: made from other
     # frames) must not be joined again; the chunks are encoded anew from the segments.
-    from factory.pipeline.encode import chunk_key, plan_chunks
+    from factory.pipeline.chunks import chunk_key, plan_chunks
 
     chunk = plan_chunks(first.video)[0]
-    recorded_chunk = store.path(chunk_key(first, chunk, "compat"))
+    recorded_chunk = store.path(chunk_key(first_made, chunk, "compat"))
     recorded_chunk.write_bytes(
         (cluster.home / "store" / "redo" / "v0" / "out" / "mobile.mp4").read_bytes()
     )
@@ -99,7 +102,8 @@ def test_a_requeue_delivers_what_was_redone_never_stale_video(cluster: Cluster, 
     assert run_cli("requeue", job_id, "--from", "generate", env=cluster.env).returncode == 0
     (third,) = cluster.wait_done([job_id])
     assert third.stage is Stage.DONE, cluster.logs()
-    new_truth = segments_video(store, third, width, height)
+    third_made = Segments.load(machine, third)
+    new_truth = segments_video(store, third_made, width, height)
     changed = np.abs(new_truth - old_truth).reshape(len(new_truth), -1).mean(axis=1) > 2
     assert changed.sum() >= len(changed) // 3, "the changed setting changed too little"
     now = delivered(cluster, third)
@@ -111,7 +115,7 @@ def test_a_requeue_delivers_what_was_redone_never_stale_video(cluster: Cluster, 
     assert third.progress["qc"]["report"] != first.progress["qc"]["report"]
     assert third.progress["mux"]["muxed"] != first.progress["mux"]["muxed"]
     for index in range(third.progress["segments_total"]):
-        assert files.segment(third, index) != files.segment(first, index)
+        assert third_made.segment(index) != first_made.segment(index)
 
 
 def committed_objects(read: dict[str, bytes]) -> dict[str, str]:
@@ -140,7 +144,8 @@ def _fenced_out_worker_scenario(cluster: Cluster, tmp_path: Path, read_all) -> N
         (done,) = cluster.wait_done([job_id], timeout=180)
         assert done.stage is Stage.DONE, cluster.logs()
         before = committed_objects(read_all())
-        recorded = {files.segment(done, i) for i in range(done.progress["segments_total"])}
+        made = Segments.load(machine, done)
+        recorded = {made.segment(i) for i in range(done.progress["segments_total"])}
         assert recorded <= set(before)
     finally:
         os.kill(frozen, signal.SIGCONT)

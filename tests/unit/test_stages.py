@@ -34,7 +34,7 @@ def test_terminal_stages_lead_nowhere():
 
 def full_progress() -> dict:
     progress = initial_progress(frames_total=100, segments_total=5)
-    progress.update(frame=60, segments=[0, 1, 2], segment_seconds={"0": 1.5})
+    progress.update(frame=60, segments=[0, 1, 2], anchor={"mean": [1, 2, 3]})
     progress.update(
         encode={"chunks": [0, 1]},
         mux={"done": True},
@@ -55,7 +55,7 @@ def test_reset_from_encode_keeps_generation_and_clears_the_rest():
 
 def test_reset_from_generate_clears_segments():
     reset = reset_progress(full_progress(), Stage.GENERATE)
-    assert reset["segments"] == [] and reset["frame"] == 0 and reset["segment_seconds"] == {}
+    assert reset["segments"] == [] and reset["frame"] == 0 and "anchor" not in reset
     assert "encode" not in reset
 
 

@@ -1,0 +1,201 @@
+"""The quality gate's per-chunk half: as soon as a chunk is encoded in every rendition (while
+later segments are still being generated), its renditions are decoded and compared frame by
+frame with the chunk's lossless segments (PSNR-Y, SSIM, VMAF), checked for black and frozen
+runs, their packets fingerprinted, and the seam thumbnails of its segments kept. The qc
+stage then only joins these measurements and checks the whole files (docs/qc.md): what is
+left after the last segment is the last chunk, the joins, the audio and the probes.
+
+A measurement is stored under a name made of the chunk files it measured (and the
+subsampling), so one left by an earlier run can never stand for other chunks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from factory.media.analyze import PassResult, Reference, analyze
+from factory.media.frames import frames_at
+from factory.media.probe import video_packet_digests
+from factory.pipeline.chunks import Chunk, chunk_key
+from factory.pipeline.context import StageContext
+from factory.pipeline.files import Segments
+from factory.qc import pictures
+from factory.store import keys
+
+SCHEMA = "factory.chunk-qc/1"
+
+
+@dataclass(frozen=True)
+class ChunkMeasure:
+    """One chunk measured: per rendition what the analysis pass found, with frame numbers and
+    times already those of the whole video."""
+
+    index: int
+    first_frame: int
+    frames: int
+    renditions: dict[str, dict[str, Any]]  # PassResult fields + packets (count, sha256)
+    black: list[list[float]]  # seconds in the video, on the first rendition
+    frozen: list[list[float]]
+    thumbs_key: str  # per segment of the chunk: its first frame after the seam, its last
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema": SCHEMA, **self.__dict__}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ChunkMeasure:
+        return cls(**{k: v for k, v in data.items() if k != "schema"})
+
+
+def first_frame(chunk: Chunk) -> int:
+    return chunk.segments[0].write_start
+
+
+def measure_key(ctx: StageContext, made: Segments, chunk: Chunk, suffix: str) -> str:
+    video = made.job.video
+    made_of = {
+        "chunks": [chunk_key(made, chunk, r) for r in video.renditions],
+        "subsample": ctx.qc.vmaf_subsample,
+    }
+    digest = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:16]
+    return keys.chunk_qc(video.batch, video.video_id, chunk.index, digest, suffix)
+
+
+def stored_measure(ctx: StageContext, made: Segments, chunk: Chunk) -> ChunkMeasure | None:
+    key = measure_key(ctx, made, chunk, "json")
+    if not ctx.store.exists(key):
+        return None
+    with ctx.store.local_path(key) as path:
+        data = json.loads(path.read_text())
+    return ChunkMeasure.from_dict(data) if data.get("schema") == SCHEMA else None
+
+
+def measure_chunk(ctx: StageContext, made: Segments, chunk: Chunk) -> ChunkMeasure:
+    """The chunk's measurement: the stored one, or made now (and stored) from its encoded
+    renditions and its segment files."""
+    found = stored_measure(ctx, made, chunk)
+    if found is not None:
+        return found
+    video = made.job.video
+    names = list(video.renditions)
+    start = first_frame(chunk)
+    offset = start / video.fps
+    with ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=ctx.work_dir(video))))
+        segments = [stack.enter_context(ctx.store.local_path(made.segment(s.index)))
+                    for s in chunk.segments]  # fmt: skip
+        encoded = {r: stack.enter_context(ctx.store.local_path(chunk_key(made, chunk, r)))
+                   for r in names}  # fmt: skip
+        reference = Reference(
+            [(path, s.write_count) for path, s in zip(segments, chunk.segments, strict=True)],
+            video.width,
+            video.height,
+        )
+        results = analyze(
+            encoded,
+            video.fps,
+            chunk.frames / video.fps,
+            reference=reference,
+            work=work / "analysis",
+            subsample=ctx.qc.vmaf_subsample,
+            content_on=names[0],
+        )
+        renditions = {
+            r: _rendition(results[r], start, video_packet_digests(encoded[r], [chunk.frames])[0])
+            for r in names
+        }
+        strip = pictures.thumb_strip(_seam_frames(chunk, segments))
+    first = results[names[0]]
+    measure = ChunkMeasure(
+        index=chunk.index,
+        first_frame=start,
+        frames=chunk.frames,
+        renditions=renditions,
+        black=[[round(a + offset, 4), round(b + offset, 4)] for a, b in first.black],
+        frozen=[[round(a + offset, 4), round(b + offset, 4)] for a, b in first.frozen],
+        thumbs_key=measure_key(ctx, made, chunk, "png"),
+    )
+    ctx.store.put_bytes(measure.thumbs_key, strip)
+    body = json.dumps(measure.to_dict()).encode()
+    ctx.store.put_bytes(measure_key(ctx, made, chunk, "json"), body)
+    return measure
+
+
+def seam_thumbnails(ctx: StageContext, measure: ChunkMeasure, chunk: Chunk) -> dict[int, dict]:
+    """{segment index: {"first": frame after its seam, "last": its last frame}}."""
+    with ctx.store.local_path(measure.thumbs_key) as path:
+        strip = pictures.read_strip(path.read_bytes(), 2 * len(chunk.segments))
+    return {
+        s.index: {"first": strip[2 * i], "last": strip[2 * i + 1]}
+        for i, s in enumerate(chunk.segments)
+    }
+
+
+def joined_result(measures: list[ChunkMeasure], rendition: str, fps: float) -> PassResult:
+    """The chunks' measurements of one rendition as one pass over the whole video would have
+    given them (runs that meet at a chunk boundary are one run)."""
+    parts = [m.renditions[rendition] for m in measures]
+    series: dict[str, list[float]] = {}
+    for part in parts:
+        for name, values in part["per_frame"].items():
+            series.setdefault(name, []).extend(values)
+    failed = next((p for p in parts if not p["decoded_ok"]), None)
+    frames = [p["frames"] for p in parts]
+    return PassResult(
+        decoded_ok=failed is None,
+        decode_error=failed["decode_error"] if failed else "",
+        frames=None if None in frames else sum(frames),
+        black=merge_runs([(m.first_frame / fps, m.black) for m in measures], fps),
+        frozen=merge_runs([(m.first_frame / fps, m.frozen) for m in measures], fps),
+        per_frame=series,
+        vmaf_available=all(p["vmaf_available"] for p in parts),
+        fidelity_source=parts[0]["fidelity_source"] if parts else "",
+    )
+
+
+def merge_runs(
+    per_chunk: list[tuple[float, list[list[float]]]], fps: float
+) -> list[tuple[float, float]]:
+    """Each chunk's runs (with the chunk's start in seconds), in order; a run that reaches the
+    end of its chunk and one that starts the next chunk are one run that crossed the
+    boundary. Runs within a chunk stay as its pass reported them."""
+    slack = 1.5 / fps
+    merged: list[list[float]] = []
+    for start, runs in per_chunk:
+        for a, b in sorted(runs):
+            if merged and abs(a - start) <= slack and abs(merged[-1][1] - start) <= slack:
+                merged[-1][1] = max(merged[-1][1], b)
+            else:
+                merged.append([a, b])
+    return [(a, b) for a, b in merged]
+
+
+def _rendition(result: PassResult, start: int, packets: tuple[int, str]) -> dict[str, Any]:
+    per_frame = dict(result.per_frame)
+    if "frame" in per_frame:
+        per_frame["frame"] = [f + start for f in per_frame["frame"]]
+    return {
+        "decoded_ok": result.decoded_ok,
+        "decode_error": result.decode_error,
+        "frames": result.frames,
+        "per_frame": per_frame,
+        "vmaf_available": result.vmaf_available,
+        "fidelity_source": result.fidelity_source,
+        "packets": {"count": packets[0], "sha256": packets[1]},
+    }
+
+
+def _seam_frames(chunk: Chunk, segments: list[Path]) -> list[np.ndarray]:
+    frames = []
+    for plan, path in zip(chunk.segments, segments, strict=True):
+        after, last = min(plan.context, plan.write_count - 1), plan.write_count - 1
+        found = frames_at(path, [after, last])
+        frames += [found[after], found[last]]
+    return frames
