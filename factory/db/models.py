@@ -54,15 +54,17 @@ class Progress(TypeDecorator[dict]):
     def load_dialect_impl(self, dialect: Any) -> Any:
         return dialect.type_descriptor(JSONB() if dialect.name == "postgresql" else JSON())
 
-    def process_bind_param(self, value: dict | None, dialect: Any) -> dict | None:
-        if value is None or "segments" not in value:
+    # An element of the document (`progress["gc"]` in a query) comes through here with its
+    # own JSON value (a bool, a number, a list): only a whole document is converted.
+    def process_bind_param(self, value: Any, dialect: Any) -> Any:
+        if not isinstance(value, dict) or "segments" not in value:
             return value
         stored = {k: v for k, v in value.items() if k != "segments"}
         stored["segment_ranges"] = segment_ranges(value["segments"])
         return stored
 
-    def process_result_value(self, value: dict | None, dialect: Any) -> dict | None:
-        if value is None or "segment_ranges" not in value:
+    def process_result_value(self, value: Any, dialect: Any) -> Any:
+        if not isinstance(value, dict) or "segment_ranges" not in value:
             return value
         shown = {k: v for k, v in value.items() if k != "segment_ranges"}
         shown["segments"] = [i for start, end in value["segment_ranges"] for i in range(start, end)]

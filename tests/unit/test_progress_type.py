@@ -25,3 +25,12 @@ def test_progress_round_trips_through_its_stored_form():
     legacy = {"segments": [0, 1], "frame": 2}  # a row written before ranges reads the same
     assert column.process_result_value(legacy, sqlite.dialect()) == legacy
 
+
+def test_an_element_of_the_document_reads_as_its_own_value():
+    """`select(jobs.c.progress["qc", "passed"])` hands the element's value to the type (gc's
+    query); a bool, a number or a list is not a document and passes through unchanged."""
+    column = Progress()
+    for dialect in (postgresql.dialect(), sqlite.dialect()):
+        for value in (True, False, 3, "done", [0, 1], None, {"state": "removed"}):
+            assert column.process_result_value(value, dialect) == value
+            assert column.process_bind_param(value, dialect) == value
