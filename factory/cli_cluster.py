@@ -58,6 +58,14 @@ def worker(
     ),
     cpu: bool = typer.Option(False, "--cpu", help="Serve the CPU stages (encode … deliver)."),
     concurrency: int = typer.Option(2, "--concurrency", min=1, help="CPU worker processes."),
+    nice: int = typer.Option(
+        10,
+        "--nice",
+        min=0,
+        max=19,
+        help="With --cpu: run the CPU stages this much below normal priority, so that a GPU "
+        "worker on the same node never waits behind an encode (0: same priority).",
+    ),
     max_tasks: int = typer.Option(500, "--max-tasks-per-child", min=1),
     loglevel: str = typer.Option("info", "--loglevel"),
     health_port: int | None = typer.Option(
@@ -115,6 +123,8 @@ def worker(
         _exec([*base, *common, "-c", "1", "-Q", f"{queue},gpu", "-n", f"gpu{gpu}@{host}"],
               {**cuda, "FACTORY_GPU_QUEUE": queue, **health})  # fmt: skip
     else:
+        if nice:
+            os.nice(nice)  # inherited by the worker's processes and the encoders they start
         _exec([*base, *common, "-c", str(concurrency), "-Q", "cpu", "-n", f"cpu@{host}"],
               {"FACTORY_GPU_QUEUE": "", **health})  # fmt: skip
 

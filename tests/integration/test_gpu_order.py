@@ -30,6 +30,10 @@ def runs(jobs: list[str]) -> list[str]:
     return [job for job, _ in groupby(jobs)]
 
 
+def niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
 def delivered_at(cluster: Cluster, job_id: str) -> int:
     events = cluster.factory().jobs.events(job_id)
     return max(e.id for e in events if e.event == "advanced" and e.detail["from"] == "deliver")
@@ -38,6 +42,11 @@ def delivered_at(cluster: Cluster, job_id: str) -> int:
 def test_one_gpu_finishes_each_job_before_it_takes_the_next(cluster: Cluster, tmp_path: Path):
     path = manifest(tmp_path / "m.yaml", "order", videos=3, seconds_per_segment=0.1, duration=8)
     cluster.start_workers(gpus=1, cpu=True, beat=False)
+    # the CPU stages run below the GPU worker's priority (`--nice 10`): an encode on the
+    # same node never delays the segment path
+    gpu_nice = {niceness(pid) for pid in [cluster.processes["gpu0"].pid, *cluster.children("gpu0")]}
+    cpu_nice = {niceness(pid) for pid in [cluster.processes["cpu"].pid, *cluster.children("cpu")]}
+    assert gpu_nice == {0} and cpu_nice == {10}, (gpu_nice, cpu_nice)
     ids = cluster.submit(path)
     jobs = cluster.wait_done(ids, timeout=300)
     assert [j.stage for j in jobs] == [Stage.DONE] * 3, cluster.logs()
