@@ -5,8 +5,9 @@ PostgreSQL carry, for planning past one machine (docs/operations.md, "Capacity")
 
 Real `factory worker --gpu N` processes (as many as the machine holds: 2 per core by
 default) on the machine's Redis and a throwaway PostgreSQL database, each making segments
-that take no time (the `timed` generator at 0.1 ms, 16x16 frames), so that everything left is
-the factory's own path: dispatch, claim, stitch, storing the segment, checkpoint.
+that take no time (the `timed` generator at 0.1 ms, 64x64 frames), so that everything left is
+the factory's own path: dispatch, claim, stitch, storing the segment, checkpoint; a task per
+segment (FACTORY_GPU_TASK_SECONDS=0), so that every segment crosses the broker and a claim.
 
 Reported, all measured in this run:
 - segments per second sustained (first claim to last checkpoint), per worker and in all;
@@ -59,7 +60,7 @@ def manifest(path: Path, jobs: int, segments: int) -> Path:
         "defaults:",
         f"  duration: {frames / 8}",
         "  fps: 8",
-        "  resolution: 16x16",
+        "  resolution: 64x64",
         "  segment: {frames: 8, overlap: 2}",
         "  renditions: [compat]",
         "  model: {family: timed, seconds_per_segment: 0.0001}",
@@ -95,7 +96,7 @@ class Probe:
 
     def __init__(self, database: Database) -> None:
         self.machine = JobStateMachine(database)
-        text = "batch: probe\nvideos:\n  - {id: p, duration: 600, fps: 30, resolution: 16x16, " \
+        text = "batch: probe\nvideos:\n  - {id: p, duration: 600, fps: 30, resolution: 64x64, " \
                "segment: {frames: 8, overlap: 2}, prompt: probe}\n"  # fmt: skip
         job = submit(parse_manifest(text), self.machine, None).jobs[0]
         job = self.machine.claim(job.job_id, seen_attempt=job.attempt, worker="probe")
@@ -138,7 +139,7 @@ def sweeper_times(database: Database, jobs: int, repeats: int = 20) -> tuple[flo
     back each time, so every sweep finds the same 100)."""
     machine = JobStateMachine(database)
     base = parse_manifest(
-        "batch: sweep\nvideos:\n  - {id: v, duration: 10, fps: 8, resolution: 16x16, prompt: x}\n"
+        "batch: sweep\nvideos:\n  - {id: v, duration: 10, fps: 8, resolution: 64x64, prompt: x}\n"
     ).videos[0]
     for start in range(0, jobs, 1000):
         specs = [replace(base, video_id=f"v{i:05d}") for i in range(start, min(jobs, start + 1000))]
@@ -195,7 +196,11 @@ def main() -> None:
         probe.times = []
         with tempfile.TemporaryDirectory() as tmp:
             cluster = new_cluster(Path(tmp), url)
-            cluster.env_overrides = {"FACTORY_STALE_AFTER": "600", "FACTORY_STORE_FSYNC": "0"}
+            # A task per segment (FACTORY_GPU_TASK_SECONDS=0): every segment goes through the
+            # broker and a claim, the most the control plane can be asked to carry; with the
+            # default (60 s) a GPU dispatches and claims once a minute, and checkpoints only.
+            cluster.env_overrides = {"FACTORY_STALE_AFTER": "600", "FACTORY_STORE_FSYNC": "0",
+                                     "FACTORY_GPU_TASK_SECONDS": "0"}  # fmt: skip
             try:
                 machine = cluster.factory().jobs
                 machine.get(probe.job.job_id)  # the bench's own connection, opened now
