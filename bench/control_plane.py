@@ -41,6 +41,7 @@ import psycopg2
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench.orchestration import manifest  # noqa: E402
 from factory.db import migrate  # noqa: E402
 from factory.db.session import Database  # noqa: E402
 from factory.db.state import JobStateMachine, SegmentRecord  # noqa: E402
@@ -51,24 +52,6 @@ from tests.integration.cluster import BROKER, new_cluster  # noqa: E402
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 SEGMENT_EVERY_S = 1.5  # a real-time-class model on one GPU (docs/models.md)
-
-
-def manifest(path: Path, jobs: int, segments: int) -> Path:
-    frames = 8 + (segments - 1) * 6
-    lines = [
-        "batch: plane",
-        "defaults:",
-        f"  duration: {frames / 8}",
-        "  fps: 8",
-        "  resolution: 64x64",
-        "  segment: {frames: 8, overlap: 2}",
-        "  renditions: [compat]",
-        "  model: {family: timed, seconds_per_segment: 0.0001}",
-        "videos:",
-    ]
-    lines += [f"  - {{id: j{i}, prompt: 'job {i}'}}" for i in range(jobs)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def cpu_seconds(pattern: str) -> float:
@@ -209,7 +192,9 @@ def main() -> None:
                                 (name,))  # fmt: skip
                     own = cur.fetchone()[0]
                 cluster.start_workers(gpus=args.workers, cpu=False, beat=False)
-                path = manifest(Path(tmp) / "m.yaml", args.jobs, args.segments)
+                path = manifest(
+                    Path(tmp) / "m.yaml", args.jobs, args.segments, 0.0001, batch="plane"
+                )
                 pg_before, redis_before = cpu_seconds("postgres"), cpu_seconds("redis-server")
                 ids = cluster.submit(path)
                 threading.Thread(target=probe.run, args=(0.1,), daemon=True).start()

@@ -40,10 +40,10 @@ from tests.integration.cluster import Cluster, new_cluster  # noqa: E402
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 
 
-def manifest(path: Path, jobs: int, segments: int, seconds: float) -> Path:
+def manifest(path: Path, jobs: int, segments: int, seconds: float, batch: str = "orch") -> Path:
     frames = 8 + (segments - 1) * 6  # segments of 8 frames, overlap 2
     lines = [
-        "batch: orch",
+        f"batch: {batch}",
         "defaults:",
         f"  duration: {frames / 8}",
         "  fps: 8",

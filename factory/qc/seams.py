@@ -78,28 +78,13 @@ def luma(frame: np.ndarray) -> np.ndarray:
     return 0.299 * f[..., 0] + 0.587 * f[..., 1] + 0.114 * f[..., 2]
 
 
-def _box(image: np.ndarray, size: int) -> np.ndarray:
-    """Mean over size x size windows (valid positions), via an integral image."""
-    s = np.pad(image, ((1, 0), (1, 0))).cumsum(0).cumsum(1)
-    return (s[size:, size:] - s[:-size, size:] - s[size:, :-size] + s[:-size, :-size]) / (
-        size * size
-    )
-
-
 def ssim(a: np.ndarray, b: np.ndarray, size: int = 8) -> float:
     """Mean SSIM of two frames' luma over 8x8 windows (Wang et al., box window)."""
     return ssim_of_luma(luma(a), luma(b), size)
 
 
 def ssim_of_luma(x: np.ndarray, y: np.ndarray, size: int = 8) -> float:
-    size = min(size, *x.shape)
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
-    mx, my = _box(x, size), _box(y, size)
-    vx = _box(x * x, size) - mx * mx
-    vy = _box(y * y, size) - my * my
-    cov = _box(x * y, size) - mx * my
-    value = ((2 * mx * my + c1) * (2 * cov + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
-    return float(value.mean())
+    return float(_ssim_stack(x[None], y[None], size)[0])
 
 
 @dataclass
@@ -209,7 +194,8 @@ def _ssim_stack(x: np.ndarray, y: np.ndarray, size: int = 8) -> np.ndarray:
 
 
 def _boxes(images: np.ndarray, size: int) -> np.ndarray:
-    """_box of each image in a stack [N, H, W]."""
+    """Mean over every size x size window (valid positions, via an integral image), for
+    each image of a stack [N, H, W]."""
     s = np.pad(images, ((0, 0), (1, 0), (1, 0))).cumsum(1).cumsum(2)
     return (
         s[:, size:, size:] - s[:, :-size, size:] - s[:, size:, :-size] + s[:, :-size, :-size]
