@@ -2,7 +2,9 @@
 on 127.0.0.1, with certificates made by scripts/make-certs (../shared/reference/S3_MTLS_NOTES.md).
 
 `scripts/test` installs nginx-light; moto comes with the dev extra. The stand starts once per
-test session and is stopped at its end; tests may stop and start the gateway alone.
+test session and is stopped at its end; tests may stop and start the gateway alone, revoke a
+client, set the allow-list (each reloads nginx as an operator would) or start a second gateway
+with a brand-new CA. The CA keys live in `ca_dir`, apart from the deployed `certs`.
 """
 
 from __future__ import annotations
@@ -45,9 +47,26 @@ def wait_port(port: int, timeout: float = 15) -> None:
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 
 
-def make_certs(out: Path, *args: str) -> None:
-    subprocess.run(["bash", str(MAKE_CERTS), "--out", str(out), *args], check=True,
-                   capture_output=True)  # fmt: skip
+def make_certs(out: Path, *args: str, ca_dir: Path | None = None) -> str:
+    """scripts/make-certs with the CA keys in ca_dir (default: out); its stdout."""
+    where = ["--ca-dir", str(ca_dir)] if ca_dir else []
+    done = subprocess.run(["bash", str(MAKE_CERTS), *where, "--out", str(out), *args],
+                          capture_output=True, text=True)  # fmt: skip
+    if done.returncode != 0:
+        raise RuntimeError(f"make-certs {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+def children(pid: int) -> set[int]:
+    found = set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == pid:
+            found.add(int(stat.parent.name))
+    return found
 
 
 @dataclass
@@ -62,8 +81,17 @@ class S3Stand:
         return self.root / "certs"
 
     @property
+    def ca_dir(self) -> Path:
+        """ca.key, intermediate.key and the signing databases: never mounted anywhere."""
+        return self.root / "ca"
+
+    @property
     def other_certs(self) -> Path:
         return self.root / "other-ca"
+
+    @property
+    def other_ca_dir(self) -> Path:
+        return self.root / "other-ca-keys"
 
     @property
     def endpoint(self) -> str:
@@ -104,6 +132,7 @@ class S3Stand:
             "server minio:9000;": f"server 127.0.0.1:{self.s3_port};",
             "listen 8443 ssl;": f"listen 127.0.0.1:{self.gateway_port} ssl;",
             "/etc/nginx/certs/": f"{self.certs}/",
+            "include /etc/nginx/conf.d/*.conf;": f"include {self.root}/conf.d/*.conf;",
             "worker_processes auto;": "worker_processes 2;\nuser root root;"
             if os.geteuid() == 0
             else "worker_processes 2;",
@@ -111,6 +140,7 @@ class S3Stand:
         for old, new in swaps.items():
             assert old in text, f"docker/nginx-mtls.conf no longer has {old!r}"
             text = text.replace(old, new)
+        (self.root / "conf.d").mkdir(exist_ok=True)  # empty: no other server here
         (self.root / "nginx.conf").write_text(text)
 
     def _nginx(self, *args: str) -> subprocess.CompletedProcess:
@@ -126,6 +156,26 @@ class S3Stand:
             raise RuntimeError(f"nginx did not start: {done.stderr}")
         wait_port(self.gateway_port)
 
+    def reload_gateway(self, timeout: float = 10) -> None:
+        """`nginx -s reload`, as after a revoke; returns once only new workers are left, so
+        every connection from now on is checked with the files as they are now."""
+        checked = self._nginx("-t")
+        if checked.returncode != 0:
+            raise RuntimeError(f"nginx -t refuses the configuration: {checked.stderr}")
+        master = int((self.root / "nginx.pid").read_text())
+        old = children(master)
+        done = self._nginx("-s", "reload")
+        if done.returncode != 0:
+            raise RuntimeError(f"nginx -s reload failed: {done.stderr}")
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            workers = children(master)
+            if workers and not workers & old:
+                return
+            time.sleep(0.05)
+        log = (self.root / "gateway-error.log").read_text().splitlines()[-5:]
+        raise RuntimeError(f"the gateway kept its old workers after a reload: {log}")
+
     def stop_gateway(self) -> None:
         pid_file = self.root / "nginx.pid"
         if not pid_file.exists():
@@ -140,23 +190,55 @@ class S3Stand:
 
     # --- certificates ----------------------------------------------------------------
 
+    def make_certs(self, *args: str) -> str:
+        """scripts/make-certs on this stand's certificates (CA keys in ca_dir)."""
+        return make_certs(self.certs, *args, ca_dir=self.ca_dir)
+
     def _make_certs(self) -> None:
         certs, other = self.certs, self.other_certs
-        make_certs(certs, "ca")
-        make_certs(certs, "intermediate")
-        make_certs(certs, "server", "gateway", "--host", "localhost", "--host", "127.0.0.1")
-        make_certs(certs, "client", "worker")
-        make_certs(certs, "client", "via-intermediate", "--issuer", "intermediate")
-        make_certs(certs, "client", "expired", "--start", "20200101000000Z",
-                   "--end", "20210101000000Z")  # fmt: skip
-        make_certs(certs, "client", "not-yet-valid", "--start", "20400101000000Z",
-                   "--end", "20410101000000Z")  # fmt: skip
-        make_certs(other, "ca", "--name", "some other CA")
-        make_certs(other, "client", "stranger")
+        self.make_certs("ca")
+        self.make_certs("intermediate")
+        self.make_certs("server", "gateway", "--host", "localhost", "--host", "127.0.0.1")
+        self.make_certs("client", "worker")
+        self.make_certs("client", "via-intermediate", "--issuer", "intermediate")
+        self.make_certs("client", "expired", "--start", "20200101000000Z",
+                        "--end", "20210101000000Z")  # fmt: skip
+        self.make_certs("client", "not-yet-valid", "--start", "20400101000000Z",
+                        "--end", "20410101000000Z")  # fmt: skip
+        make_certs(other, "ca", "--name", "some other CA", ca_dir=self.other_ca_dir)
+        make_certs(other, "client", "stranger", ca_dir=self.other_ca_dir)
         # the intermediate-issued client without its chain: the gateway cannot verify it
         leaf = (certs / "via-intermediate.pem").read_text().split("-----END CERTIFICATE-----")[0]
         (certs / "no-chain.pem").write_text(leaf + "-----END CERTIFICATE-----\n")
         shutil.copy(certs / "via-intermediate.key", certs / "no-chain.key")
+
+    def issue_client(self, name: str, issuer: str = "ca") -> str:
+        self.make_certs("client", name, "--issuer", issuer)
+        return name
+
+    def revoke(self, name: str, *options: str) -> str:
+        """scripts/make-certs revoke NAME, then the gateway reloaded."""
+        out = self.make_certs("revoke", name, *options)
+        self.reload_gateway()
+        return out
+
+    def set_allow_list(self, names: list[str] | None) -> None:
+        """Admit only these clients (None: every valid one), then the gateway reloaded."""
+        self.make_certs("allow", "--all")
+        for name in names or []:
+            self.make_certs("allow", name)
+        self.reload_gateway()
+
+    def fresh_gateway(self, root: Path) -> S3Stand:
+        """A second gateway in front of this stand's moto, with a brand-new CA that has
+        issued its server pair and one client (worker) and revoked nothing."""
+        fresh = S3Stand(root, s3_port=self.s3_port)
+        fresh.make_certs("ca")
+        fresh.make_certs("server", "gateway", "--host", "localhost", "--host", "127.0.0.1")
+        fresh.make_certs("client", "worker")
+        fresh._write_gateway_config()
+        fresh.start_gateway()
+        return fresh
 
     # --- clients ---------------------------------------------------------------------
 
@@ -208,6 +290,6 @@ class S3Stand:
         """Strings that must never appear in a log, an error, an event or a report."""
         keys = [
             p.read_text().split("-----BEGIN PRIVATE KEY-----\n")[1].splitlines()[0]
-            for p in sorted(self.certs.glob("*.key"))
+            for p in sorted([*self.certs.glob("*.key"), *self.ca_dir.glob("*.key")])
         ]
         return [SECRET_KEY, *keys]

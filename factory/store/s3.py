@@ -528,6 +528,21 @@ def _certificate_advice(verdict: str) -> str:
         return (
             "no client certificate was sent: set FACTORY_S3_CLIENT_CERT and FACTORY_S3_CLIENT_KEY"
         )
+    if verdict.startswith("NOT-ALLOWED"):
+        return (
+            "FACTORY_S3_CLIENT_CERT is valid but not on the gateway's allow-list "
+            "(clients.map): `scripts/make-certs allow NAME`, then reload the gateway"
+        )
+    if "revoked" in lowered:
+        return (
+            "FACTORY_S3_CLIENT_CERT was revoked: issue this node a new one "
+            "(scripts/make-certs client)"
+        )
+    if "crl" in lowered:  # "CRL has expired", "unable to get certificate CRL"
+        return (
+            "the gateway's revocation list is expired or missing, so it refuses every client: "
+            "`scripts/make-certs crl`, then reload the gateway (nginx -s reload)"
+        )
     if "expired" in lowered:
         return "FACTORY_S3_CLIENT_CERT has expired: issue a new one (scripts/make-certs client)"
     if "not yet valid" in lowered:
