@@ -1,7 +1,10 @@
 """The worker's health endpoint (factory/health.py), started in the worker's main process
 once it is ready: liveness from the broker, readiness from the GPU's memory, which pauses
 and resumes the worker's own queues through Celery's remote control (handled by the
-worker's own event loop, so nothing touches the consumer from another thread)."""
+worker's own event loop, so nothing touches the consumer from another thread).
+
+The scrape-time reads (jobs by stage, queue depths) go through one pooled database connection
+and one Redis client made here once, and are cached (factory/metrics.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +12,12 @@ import logging
 import os
 from typing import Any
 
+import redis
 from celery import signals
 
 from factory.generate.gpu_memory import open_memory_source
 from factory.health import Governor, HealthServer, Readiness
+from factory.redact import register_secrets
 
 log = logging.getLogger("factory.worker")
 _started: dict[str, Any] = {}
@@ -20,13 +25,16 @@ _started: dict[str, Any] = {}
 
 @signals.worker_ready.connect
 def _start_health(sender: Any = None, **_: Any) -> None:
-    port = os.environ.get("FACTORY_HEALTH_PORT")
-    if not port or sender is None:
+    if sender is None:
         return
     from tasks import broker
     from tasks.app import app
 
     settings = app.conf.factory_settings
+    health = settings.health
+    if health.port is None:
+        return
+    register_secrets([health.metrics_token])
     hostname = sender.hostname
     queues = [queue.name for queue in sender.task_consumer.queues]
     gpu = os.environ.get("FACTORY_GPU_INDEX")
@@ -40,26 +48,40 @@ def _start_health(sender: Any = None, **_: Any) -> None:
         for queue in queues:
             app.control.add_consumer(queue, destination=[hostname], reply=True, timeout=5)
 
+    redis_client = broker.client(settings.broker_url or "")  # one pool, for /livez and /metrics
+
     def alive() -> str | None:
         try:
-            broker.client(settings.broker_url or "").ping()
+            redis_client.ping()
         except Exception as error:
             return f"broker unreachable: {error}"
         return None
 
-    from factory.metrics import ClusterCollector, add_collector, exposition
+    from factory.metrics import (
+        ClusterCollector,
+        add_collector,
+        exposition,
+        jobs_by_stage,
+        metrics_engine,
+    )
 
     readiness = Readiness(source, settings.ready_gpu_memory, pause, resume)
+    engine = metrics_engine(settings.database_url)
     add_collector(ClusterCollector(
-        jobs_by_stage=lambda: _jobs_by_stage(settings.database_url),
-        queue_depths=lambda: _queue_depths(settings.broker_url or "", queues),
+        jobs_by_stage=lambda: jobs_by_stage(engine),
+        queue_depths=lambda: _queue_depths(redis_client, queues),
         gpu_memory=lambda: readiness.last.fraction if readiness.last else None,
+        cache=health.metrics_cache,
     ))  # fmt: skip
     governor = Governor(readiness, every=settings.readiness_every).start()
-    server = HealthServer(int(port), readiness, alive, exposition).start()
+    server = HealthServer(health.port, readiness, alive, exposition, health.host,
+                          max_requests=health.max_requests, timeout=health.timeout,
+                          metrics_token=health.metrics_token).start()  # fmt: skip
     _started.update(governor=governor, server=server)
-    log.info("worker.health", extra={"port": server.port, "queues": queues,
-                                     "memory_source": source.name})  # fmt: skip
+    log.info("worker.health", extra={"host": health.host, "port": server.port, "queues": queues,
+                                     "memory_source": source.name,
+                                     "metrics_auth": health.metrics_token is not None,
+                                     })  # fmt: skip
 
 
 @signals.worker_shutting_down.connect
@@ -68,26 +90,7 @@ def _stop_health(**_: Any) -> None:
         _started.pop("governor").stop()
 
 
-def _jobs_by_stage(database_url: str) -> dict[str, int]:
-    """Counted at scrape time on a connection that is closed right after: the worker's main
-    process forks its children and must not hold a pooled connection across a fork."""
-    from sqlalchemy import create_engine, func, select
-    from sqlalchemy.pool import NullPool
-
-    from factory.db.models import jobs
-
-    engine = create_engine(database_url, poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(select(jobs.c.stage, func.count()).group_by(jobs.c.stage)).all()
-    finally:
-        engine.dispose()
-    return {stage: count for stage, count in rows}
-
-
-def _queue_depths(broker_url: str, queues: list[str]) -> dict[str, int]:
-    from tasks import broker
+def _queue_depths(conn: redis.Redis, queues: list[str]) -> dict[str, int]:
     from tasks.queues import CPU, GPU_SHARED
 
-    conn = broker.client(broker_url)
     return {queue: int(conn.llen(queue)) for queue in dict.fromkeys([*queues, GPU_SHARED, CPU])}
