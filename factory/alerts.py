@@ -1,11 +1,13 @@
 """Webhook alerts: a job failed, a batch completed (with its summary).
 
 `FACTORY_WEBHOOK_URL` receives a JSON POST per alert; `FACTORY_WEBHOOK_TOKEN`, if set, goes
-as `Authorization: Bearer …` and nowhere else. Every payload has a `text` line, so Slack,
-Mattermost and Teams-style incoming webhooks show it as is. Connection errors, timeouts,
-429 and 5xx are retried with backoff (FACTORY_WEBHOOK_ATTEMPTS, 5; FACTORY_WEBHOOK_BACKOFF,
-1 s doubling); an alert that still cannot be delivered is logged, never raised: alerts
-never fail a job. Payloads pass through factory/redact.py.
+as `Authorization: Bearer …` and nowhere else: redirects are not followed (urllib would
+carry the header to whatever host a redirect names), so a moved receiver is reported as
+refused. The URL must be https:// (http:// only to this host, for tests). Every payload
+has a `text` line, so Slack, Mattermost and Teams-style incoming webhooks show it as is.
+Connection errors, timeouts, 429 and 5xx are retried with backoff (FACTORY_WEBHOOK_ATTEMPTS,
+5; FACTORY_WEBHOOK_BACKOFF, 1 s doubling); an alert that still cannot be delivered is
+logged, never raised: alerts never fail a job. Payloads pass through factory/redact.py.
 
 A batch's completion alert goes out once: the first process to see every job of the batch
 terminal marks `batches.notified_at` (a compare-and-set) and sends it.
@@ -31,6 +33,14 @@ if TYPE_CHECKING:
     from factory.config import Settings
 
 log = logging.getLogger("factory.alerts")
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+        return None  # the 3xx surfaces as an HTTPError: reported, never followed
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
 
 
 class Alerter:
@@ -107,10 +117,13 @@ class Alerter:
             self.settings.url or "", data=body, headers=headers, method="POST"
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.settings.timeout) as response:
+            with _OPENER.open(request, timeout=self.settings.timeout) as response:
                 response.read()
             return None
         except urllib.error.HTTPError as error:
+            if 300 <= error.code < 400:
+                where = "set FACTORY_WEBHOOK_URL to the final address"
+                return f"refused: answered {error.code}, a redirect, not followed: {where}"
             if error.code == 429 or error.code >= 500:
                 return f"answered {error.code}"
             return f"refused: answered {error.code}"

@@ -151,7 +151,10 @@ def _preflight(manifest: Path, batch: str | None) -> preflight.Preflight:
     parsed = load_manifest(manifest, batch=batch)
     settings = Settings.from_env()
     checked = preflight.check(
-        parsed, lambda: open_store(settings.store_url, settings.s3), s3=settings.s3
+        parsed,
+        lambda: open_store(settings.store_url, settings.s3),
+        confinement=settings.confinement,
+        s3=settings.s3,
     )
     for warning in checked.warnings:
         err.print(f"warning: {warning}", markup=False)

@@ -21,6 +21,7 @@ from rich.table import Table
 from factory.config import Settings
 from factory.db.state import Job
 from factory.errors import BadInput
+from factory.redact import redact, register_secrets
 from factory.stages import Stage
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -42,7 +43,7 @@ def _celery_base(settings: Settings) -> list[str]:
 
 
 def _exec(argv: list[str], env: dict[str, str] | None = None) -> None:
-    err.print("exec " + " ".join(argv), markup=False)
+    err.print(redact("exec " + " ".join(argv)), markup=False)
     sys.stdout.flush()
     os.execve(argv[0] if os.path.isabs(argv[0]) else shutil.which(argv[0]) or argv[0], argv,
               {**os.environ, **(env or {})})  # fmt: skip
@@ -174,20 +175,27 @@ def beat() -> None:
 def flower(
     port: int = typer.Option(5555, "--port"),
     address: str = typer.Option("127.0.0.1", "--address"),
-    basic_auth: str = typer.Option(
-        "", "--basic-auth", envvar="FACTORY_FLOWER_BASIC_AUTH", help="user:password (required)"
-    ),
 ) -> None:
-    """Start Flower with basic auth and persistent state (FACTORY_HOME/flower.db)."""
-    if ":" not in basic_auth:
+    """Start Flower with basic auth (FACTORY_FLOWER_BASIC_AUTH=user:password, required) and
+    persistent state (FACTORY_HOME/flower.db).
+
+    The password is passed to Flower in its environment (FLOWER_BASIC_AUTH), never on a
+    command line, where every user of the host could read it (ps, /proc/PID/cmdline). Flower
+    can shut workers down: serve it behind the TLS gateway (docs/deploy.md)."""
+    basic_auth = os.environ.get("FACTORY_FLOWER_BASIC_AUTH", "")
+    user, _, password = basic_auth.partition(":")
+    if not user or not password or "," in basic_auth:
         raise BadInput(
-            "give user:password (or set FACTORY_FLOWER_BASIC_AUTH)", field="--basic-auth"
+            "must be user:password (the password is read from the environment only, "
+            "never from the command line)",
+            field="FACTORY_FLOWER_BASIC_AUTH",
         )
+    register_secrets([basic_auth, password])
     settings = Settings.from_env()
     settings.home.mkdir(parents=True, exist_ok=True)
     _exec([*_celery_base(settings), "flower", f"--address={address}", f"--port={port}",
-           f"--basic-auth={basic_auth}", "--persistent=True",
-           f"--db={settings.home / 'flower.db'}"])  # fmt: skip
+           "--persistent=True", f"--db={settings.home / 'flower.db'}"],
+          {"FLOWER_BASIC_AUTH": basic_auth})  # fmt: skip
 
 
 def sweep() -> None:

@@ -57,7 +57,10 @@ def preload(
 
     settings = Settings.from_env()
     checked = preflight.check(  # the same checks as submit: a bad asset is exit 2 here too
-        load_manifest(manifest), lambda: open_store(settings.store_url, settings.s3), s3=settings.s3
+        load_manifest(manifest),
+        lambda: open_store(settings.store_url, settings.s3),
+        confinement=settings.confinement,
+        s3=settings.s3,
     )
     for warning in checked.warnings:
         err.print(f"warning: {warning}", markup=False)

@@ -6,17 +6,23 @@ no broker (stages run in-process), no Redis (idempotency by the database constra
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlparse
 
 from factory.alerts_settings import WebhookSettings
+from factory.confinement import Confinement, confinement_from_env
 from factory.errors import ConfigError
 from factory.generate.memory import MemoryPolicy
+from factory.health_settings import HealthSettings
+from factory.health_settings import parse as _health
 from factory.qc.thresholds import ENV_NAMES, QcThresholds
+from factory.redact import redact
 from factory.store.s3_settings import MIB, S3Settings, split_url
 
 _SUPPORTED_DATABASES = ("sqlite", "postgresql")
@@ -69,6 +75,9 @@ class Settings:
     # A GPU task makes its job's segments for this long (one checkpoint each) before it sends
     # the rest to its own queue; 0: one segment per task (docs/operations.md)
     gpu_task_seconds: int = 60
+    health: HealthSettings = field(default_factory=HealthSettings)  # FACTORY_HEALTH_*
+    # allowed roots for file:// assets and model directories, allowed s3:// buckets
+    confinement: Confinement = field(default_factory=Confinement)
 
     @property
     def memory_policy(self) -> MemoryPolicy:
@@ -125,6 +134,8 @@ class Settings:
             db_idle_timeout=_whole(env, "FACTORY_DB_IDLE_TIMEOUT", 60),
             keep_intermediates=_keep_intermediates(env),
             gpu_task_seconds=_whole(env, "FACTORY_GPU_TASK_SECONDS", 60),
+            health=_health(env),
+            confinement=confinement_from_env(env, home, _store_bucket(store_url)),
             **_nodes(env),
         )
         settings._check_schemes()
@@ -175,6 +186,10 @@ class Settings:
         ):
             if url and not url.startswith(("redis://", "rediss://", "unix://")):
                 raise ConfigError("must be a redis:// or rediss:// URL", field=name)
+
+
+def _store_bucket(store_url: str) -> str | None:
+    return split_url(store_url)[0] if store_url.startswith("s3://") else None
 
 
 def _positive_int(env: Mapping[str, str], name: str, default: int, unit: str = "seconds") -> int:
@@ -369,10 +384,24 @@ def _memory_source(env: Mapping[str, str]) -> str:
     )
 
 
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _webhook(env: Mapping[str, str]) -> WebhookSettings:
     url = env.get("FACTORY_WEBHOOK_URL") or None
-    if url and not url.startswith(("https://", "http://")):
-        raise ConfigError(f"must be an http(s):// URL, got {url!r}", field="FACTORY_WEBHOOK_URL")
+    if url and not url.startswith("https://"):
+        loopback = url.startswith("http://") and _is_loopback(urlparse(url).hostname or "")
+        if not loopback:  # the token and the alerts would cross the network in clear
+            raise ConfigError(
+                f"must be an https:// URL (http:// only to this host), got {redact(url)!r}",
+                field="FACTORY_WEBHOOK_URL",
+            )
     return WebhookSettings(
         url=url,
         token=env.get("FACTORY_WEBHOOK_TOKEN") or None,

@@ -24,7 +24,7 @@ from pydantic import (
     model_validator,
 )
 
-from factory.errors import FieldProblem, ManifestError
+from factory.errors import FieldProblem, ManifestError, PermanentError
 from factory.generate.families import FAMILIES
 from factory.safeyaml import DocumentError, load_json, load_yaml
 from factory.spec import (
@@ -306,12 +306,19 @@ def parse_manifest(
         raise ManifestError(source, [FieldProblem("", message)])
     if batch is not None:
         raw = {**raw, "batch": batch}
+    return parse_manifest_data(raw, source=source, batch_overridden=batch is not None)
+
+
+def parse_manifest_data(
+    raw: dict[str, Any], *, source: str = "<manifest>", batch_overridden: bool = False
+) -> Manifest:
+    """Validate a manifest already parsed into Python values."""
     problems: list[FieldProblem] = []
     document: ManifestDocument | None = None
     try:
         document = ManifestDocument.model_validate(raw)
     except ValidationError as exc:
-        problems += _problems_from(exc, batch_overridden=batch is not None)
+        problems += _problems_from(exc, batch_overridden=batch_overridden)
     entries = _entries(raw.get("videos"), problems)
     origins: list[dict[str, str]] = []
     if document is not None:
@@ -557,3 +564,63 @@ def _describe(error: dict[str, Any]) -> str:
     if kind != "value_error" and plain:
         message += f" (got {value!r})"
     return message
+
+
+class StoredSpecError(PermanentError):
+    """A job's spec read back from the database breaks the manifest rules (it was changed
+    after submission, or written by something other than `factory submit`)."""
+
+
+def revalidated_spec(data: Any, job_id: str | None = None) -> VideoSpec:
+    """A spec read back from the database, put through the manifest rules again: every
+    value that reaches work paths, store keys, ffmpeg arguments and model loading is checked
+    as if the video had been submitted now, and the result must be the very spec stored."""
+    where = f"job {job_id}" if job_id else "stored spec"
+    try:
+        spec = VideoSpec.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise StoredSpecError(f"{where}: the stored spec is malformed ({exc!r:.200})") from None
+    problems: list[FieldProblem] = []
+    for name, asset in (("audio.asset", spec.audio.asset if spec.audio else None),
+                        *(("lora.asset", lora.asset) for lora in spec.model.loras)):  # fmt: skip
+        if asset is not None and is_local_path(asset):
+            problems.append(FieldProblem(name, f"{asset!r}: a stored spec names store content"))
+    raw = {"batch": spec.batch, "videos": [_entry_of(spec)]}
+    resolved: Manifest | None = None
+    try:
+        resolved = parse_manifest_data(raw, source=where)
+    except ManifestError as exc:
+        problems += exc.problems
+    if not problems and resolved is not None and resolved.videos != (spec,):
+        problems.append(FieldProblem("", "does not resolve to itself under the manifest rules"))
+    if job_id is not None and not problems and spec.job_id != job_id:
+        problems.append(FieldProblem("job_id", f"{job_id!r} is not the spec's {spec.job_id!r}"))
+    if problems:
+        detail = "; ".join(str(p) for p in problems[:5])
+        raise StoredSpecError(f"{where}: the stored spec breaks the manifest rules: {detail}")
+    return spec
+
+
+def _entry_of(spec: VideoSpec) -> dict[str, Any]:
+    model: dict[str, Any] = {"family": spec.model.family}
+    for name in ("path", "seconds_per_segment", "steps", "guidance"):
+        if getattr(spec.model, name) is not None:
+            model[name] = getattr(spec.model, name)
+    if spec.model.loras:
+        model["lora"] = [{"asset": lora.asset, "scale": lora.scale} for lora in spec.model.loras]
+    audio = spec.audio
+    return {
+        "id": spec.video_id,
+        "duration": spec.duration,
+        "fps": spec.fps,
+        "resolution": [spec.width, spec.height],
+        "seed": spec.seed,
+        "negative_prompt": spec.negative_prompt,
+        "model": model,
+        "segment": {"frames": spec.segment_frames, "overlap": spec.segment_overlap},
+        "renditions": list(spec.renditions),
+        "audio": {"asset": audio.asset, "gain_db": audio.gain_db, "loop": audio.loop}
+        if audio
+        else "silence",
+        "scenes": [{"start": s.start, "end": s.end, "prompt": s.prompt} for s in spec.scenes],
+    }

@@ -7,6 +7,9 @@ checked, and files named beside the manifest are put into the store.
   and a changed file is a different job.
 - A store key, an `s3://` URL or a `file://` URL must exist now; a store that cannot be
   reached is an error of its own (exit 1), never a silent pass.
+- An asset or model directory outside what the operator allows (FACTORY_ASSET_ROOTS,
+  FACTORY_MODEL_ROOTS, FACTORY_ASSET_BUCKETS; factory/confinement.py) is refused before
+  anything is looked at.
 - A model directory visible from this host must be a diffusers folder with every component
   its family needs. One that is not visible here (the submitting host is not a GPU node) is a
   warning: the GPU worker checks it before the job's first segment.
@@ -24,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from factory.confinement import Confinement
 from factory.errors import BadInput, FactoryError, FieldProblem, ManifestError, RetryableError
 from factory.generate.families import FAMILIES
 from factory.manifest import Manifest, is_local_path
@@ -55,6 +59,7 @@ def check(
     manifest: Manifest,
     open_store: Callable[[], Store],
     *,
+    confinement: Confinement,
     s3: S3Settings | None = None,
     base_dir: Path | None = None,
 ) -> Preflight:
@@ -74,11 +79,13 @@ def check(
                     key = content_key(checked)
                     local_keys[reference.value] = key
                     uploads[key] = checked
+        elif problem := confinement.asset_problem(reference.value):
+            problems.append(FieldProblem(reference.field, problem))
         else:
             remote.setdefault(reference.value, []).append(reference.field)
     if remote:
         _check_remote(remote, open_store, s3, problems)
-    _check_model_dirs(manifest, problems, warnings)
+    _check_model_dirs(manifest, confinement, problems, warnings)
     if problems:
         raise ManifestError(manifest.source, _first_per_field(problems))
     videos = tuple(_with_keys(video, local_keys) for video in manifest.videos)
@@ -210,7 +217,10 @@ def _store_for(
 
 
 def _check_model_dirs(
-    manifest: Manifest, problems: list[FieldProblem], warnings: list[FieldProblem]
+    manifest: Manifest,
+    confinement: Confinement,
+    problems: list[FieldProblem],
+    warnings: list[FieldProblem],
 ) -> None:
     seen: set[tuple[str, str]] = set()
     for index, video in enumerate(manifest.videos):
@@ -219,6 +229,9 @@ def _check_model_dirs(
             continue
         seen.add((family, path))
         where = f"{manifest.field(index, 'model')}.path"
+        if outside := confinement.model_problem(path):
+            problems.append(FieldProblem(where, outside))
+            continue
         verdict = model_dir_verdict(family, path)
         if verdict.problem:
             problems.append(FieldProblem(where, verdict.problem))

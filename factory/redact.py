@@ -1,6 +1,6 @@
 """Secrets never leave the process in text: logs, errors, job events and reports pass here.
 
-What is masked: passwords in URLs (`redis://:pw@…`, `postgresql://user:pw@…`), PEM private
+What is masked: passwords in URLs (`redis://:pw@…`, `postgresql://user:p/w@…`), PEM private
 keys, SigV4 signatures and credentials (headers and presigned query strings), AWS access key
 ids, and the values of the secret environment variables the process was given (AWS secret
 key, session token, webhook tokens), wherever they appear.
@@ -16,7 +16,10 @@ from typing import Any
 
 MASK = "***"
 SECRET_ENV = ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_ACCESS_KEY_ID",
-              "FACTORY_WEBHOOK_TOKEN", "MINIO_ROOT_PASSWORD")  # fmt: skip
+              "FACTORY_WEBHOOK_TOKEN", "FACTORY_METRICS_TOKEN", "MINIO_ROOT_PASSWORD",
+              "FACTORY_MINIO_SECRET_KEY", "PGPASSWORD", "REDISCLI_AUTH")  # fmt: skip
+# user:password values: the whole value and the password alone are masked
+SECRET_PAIR_ENV = ("FACTORY_FLOWER_BASIC_AUTH", "FLOWER_BASIC_AUTH")
 
 _PATTERNS = (
     (
@@ -25,7 +28,9 @@ _PATTERNS = (
         ),
         "-----PRIVATE KEY " + MASK + "-----",
     ),
-    (re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^:/@\s]*):([^@/\s]+)@"), r"\1:" + MASK + "@"),
+    # user:password@ in a URL: up to the last '@' of the word, so a password holding '/',
+    # ':', '?' or an unescaped '@' is masked whole (masking too much is the safe side)
+    (re.compile(r"(?i)([a-z][a-z0-9+.-]*://[^:/@\s]*):([^\s\"']+)@"), r"\1:" + MASK + "@"),
     (
         re.compile(r"(?i)((?:x-amz-)?(?:signature|credential|security-token)=)[^&\s,\"']+"),
         r"\1" + MASK,
@@ -49,6 +54,9 @@ def register_secrets(values: Iterable[str | None]) -> None:
 def register_environment(environ: dict[str, str] | None = None) -> None:
     env = os.environ if environ is None else environ
     register_secrets(env.get(name) for name in SECRET_ENV)
+    for name in SECRET_PAIR_ENV:
+        value = env.get(name) or ""
+        register_secrets([value, value.partition(":")[2]])
 
 
 def redact(text: str) -> str:

@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 MAX_DEPTH = 32
+MAX_NUMBER_CHARS = 100  # far beyond any manifest value; Python refuses ints over 4300 digits
 
 
 class DocumentError(ValueError):
@@ -43,6 +44,21 @@ class _ManifestYamlLoader(yaml.SafeLoader):
                 message = f"line {line}: duplicate key {key!r} (first set on line {first})"
                 raise DocumentError(message)
         return super().construct_mapping(node, deep=deep)
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        if len(node.value) > MAX_NUMBER_CHARS:
+            raise DocumentError(_long_number(len(node.value), node.start_mark.line + 1))
+        return super().construct_yaml_int(node)
+
+
+def _long_number(length: int, line: int | None = None) -> str:
+    where = f"line {line}: " if line else ""
+    return (
+        f"{where}a number of {length} characters; the most a manifest takes is {MAX_NUMBER_CHARS}"
+    )
+
+
+_ManifestYamlLoader.add_constructor("tag:yaml.org,2002:int", _ManifestYamlLoader.construct_yaml_int)
 
 
 # Keep dates as strings: a batch called 2026-11-29 must not become a datetime.date.
@@ -82,8 +98,13 @@ def load_json(text: str) -> Any:
             result[key] = value
         return result
 
+    def bounded_int(digits: str) -> int:
+        if len(digits) > MAX_NUMBER_CHARS:
+            raise DocumentError(_long_number(len(digits)))
+        return int(digits)
+
     try:
-        document = json.loads(text, object_pairs_hook=refuse_duplicates)
+        document = json.loads(text, object_pairs_hook=refuse_duplicates, parse_int=bounded_int)
     except json.JSONDecodeError as exc:
         raise DocumentError(f"line {exc.lineno}: {exc.msg}") from None
     except RecursionError:

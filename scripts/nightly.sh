@@ -14,7 +14,12 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 factory=${FACTORY_CLI:-$here/.venv/bin/factory}
 [ -f /etc/factory/env ] && set -a && . /etc/factory/env && set +a
 batch="$prefix-$(date +%F)"
-exec 9>"${TMPDIR:-/tmp}/factory-nightly.lock"
+# The lock lives in FACTORY_HOME, which only the factory's user can write: in a shared temp
+# directory another user could take the name first (a link to clobber, or a lock held for ever).
+lock_dir=${FACTORY_HOME:-$HOME/.factory}
+(umask 077 && mkdir -p "$lock_dir")
+[ -O "$lock_dir" ] || { echo "$lock_dir is not owned by $(id -un); refusing to lock there" >&2; exit 1; }
+exec 9>>"$lock_dir/nightly.lock"
 flock -w 600 9 || { echo "another nightly submission is still running" >&2; exit 1; }
 # This node's share of the batch's assets (audio beds) into its asset cache, and the prompt
 # embeddings, so GPU workers never load the text encoder. Not fatal: a worker fetches a

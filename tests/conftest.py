@@ -38,6 +38,16 @@ def _admin() -> psycopg2.extensions.connection:
     return conn
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _tests_allow_their_temp_folders(tmp_path_factory) -> None:
+    """The tests' operator allows file:// assets and model directories in the tests' own
+    temporary folders (FACTORY_ASSET_ROOTS, FACTORY_MODEL_ROOTS; factory/confinement.py).
+    Processes the tests start inherit it; tests of the confinement set their own."""
+    base = str(tmp_path_factory.getbasetemp())
+    os.environ["FACTORY_ASSET_ROOTS"] = base
+    os.environ["FACTORY_MODEL_ROOTS"] = base
+
+
 @pytest.fixture(scope="session")
 def pg_database_factory() -> Iterator:
     """Creates throwaway PostgreSQL databases; drops them all at the end of the session."""
@@ -111,9 +121,12 @@ def redis_url() -> str:
 
 
 def embedded_env(home: Path) -> dict[str, str]:
-    """The newcomer's setup: nothing but FACTORY_HOME (the machine's FACTORY_* are blanked)."""
+    """The newcomer's setup: nothing but FACTORY_HOME (the machine's FACTORY_* are blanked),
+    and the folders the tests allow for file:// assets and model directories."""
     return {"FACTORY_HOME": str(home), "FACTORY_DATABASE_URL": "", "FACTORY_REDIS_URL": "",
-            "FACTORY_BROKER_URL": "", "FACTORY_STORE_URL": ""}  # fmt: skip
+            "FACTORY_BROKER_URL": "", "FACTORY_STORE_URL": "",
+            **{name: os.environ[name] for name in ("FACTORY_ASSET_ROOTS", "FACTORY_MODEL_ROOTS")
+               if name in os.environ}}  # fmt: skip
 
 
 def manifest_text(

@@ -26,6 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from factory.db.models import batches, job_events, job_segments, jobs, utcnow
 from factory.db.session import Database
 from factory.errors import IllegalTransition, InvalidOperation, NoSuchJob, StaleAttempt
+from factory.manifest import StoredSpecError, revalidated_spec
 from factory.plan import segment_count
 from factory.redact import redact, redact_value
 from factory.spec import VideoSpec
@@ -64,11 +65,16 @@ class Job:
 
     @functools.cached_property
     def video(self) -> VideoSpec:
-        return VideoSpec.from_dict(self.spec)
+        """The spec, checked again by the manifest rules: the database is not trusted to
+        hold only what `factory submit` wrote (an id with `../` would reach work paths)."""
+        spec = revalidated_spec(self.spec, self.job_id)
+        if spec.batch != self.batch:
+            raise StoredSpecError(f"job {self.job_id}: batch {self.batch!r} is not the spec's")
+        return spec
 
     @property
     def video_id(self) -> str:
-        return str(self.spec["video_id"])
+        return self.video.video_id
 
     @classmethod
     def from_row(cls, row: Any) -> Job:

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import tempfile
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -119,9 +120,15 @@ class DiffusersGenerator:
         if reference in self._adapters:
             return self._adapters[reference]
         name = "lora_" + hashlib.sha256(reference.encode()).hexdigest()[:16]
-        with open_file(reference) as path:
+        with open_file(reference) as path, tempfile.TemporaryDirectory() as folder:
+            # Safetensors only: the cached copy has no extension, and given a file diffusers
+            # cannot name as .safetensors it falls back to torch.load, i.e. unpickling.
+            named = Path(folder) / "lora.safetensors"
+            named.symlink_to(path)
             try:
-                self.pipe.load_lora_weights(str(path), adapter_name=name)
+                self.pipe.load_lora_weights(
+                    folder, weight_name=named.name, use_safetensors=True, adapter_name=name
+                )
             except Exception as error:
                 reason = str(error).strip().splitlines()[0][:300] if str(error).strip() else ""
                 raise PermanentError(

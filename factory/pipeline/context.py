@@ -10,6 +10,7 @@ from typing import Any
 
 from factory.alerts import Alerter, open_alerter
 from factory.config import Settings
+from factory.confinement import Confinement
 from factory.db.session import Database
 from factory.db.state import Job, JobStateMachine
 from factory.errors import PermanentError
@@ -36,6 +37,7 @@ class StageContext:
     memory_policy: MemoryPolicy = field(default_factory=MemoryPolicy)
     prompt_service: PromptService | None = None  # the embedding cache (diffusers families)
     assets: AssetCache | None = None  # audio beds and other referenced files, node-local
+    confinement: Confinement = field(default_factory=Confinement)  # where specs may point
     alerts: Alerter | None = None  # webhook on job failure and batch completion
     qc: QcThresholds = field(default_factory=QcThresholds)  # seam limits, regenerations
     on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk
@@ -62,6 +64,7 @@ class StageContext:
             qc=settings.qc,
             prompt_service=PromptService(cache, settings.text_encoder_device) if cache else None,
             assets=open_asset_cache(settings, store),
+            confinement=settings.confinement,
             alerts=open_alerter(settings, machine),
             heartbeat_every=settings.heartbeat_every,
             stale_after=settings.stale_after,
@@ -71,7 +74,9 @@ class StageContext:
 
     def generator(self, model: ModelChoice) -> Generator:
         """One generator per model directory, loaded once and kept warm for the next segments;
-        sampling settings (steps, guidance) vary per job without loading the weights again."""
+        sampling settings (steps, guidance) vary per job without loading the weights again.
+        A model directory outside FACTORY_MODEL_ROOTS is refused before anything is read."""
+        self.confinement.check_model(model.path)
         weights = replace(model, steps=None, guidance=None, loras=())
         if weights not in self._generators:
             generator = make_generator(weights, self.attention_override, self.memory_policy)
@@ -95,6 +100,7 @@ class StageContext:
         model = video.model
         if model.family not in DIFFUSERS_FAMILIES or self.prompt_service is None:
             return None
+        self.confinement.check_model(model.path)
         pairs = [(s.prompt, video.negative_prompt) for s in video.scenes]
         pairs = [p for p in pairs if (model, *p) not in self._ensured]
         if not pairs:

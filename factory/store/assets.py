@@ -7,6 +7,10 @@ content, so two references to the same bytes take the space once. Processes on o
 share the folder: the index is changed under a file lock, a download happens once per
 reference at a time, and a file appears under its final name only complete and checked.
 
+The cache holds copies of whatever the factory may read, so it is private to the factory's
+user: folders 0700, files 0600, whatever the source file's mode was. References outside
+the operator's confinement (factory/confinement.py) are refused before anything is read.
+
 If the store cannot be reached but the cache holds the reference, the cached copy is used
 (with a warning): an outage of the gateway does not stop a mux that has its audio bed.
 """
@@ -29,6 +33,7 @@ from urllib.parse import unquote, urlparse
 if TYPE_CHECKING:
     from factory.config import Settings
 
+from factory.confinement import Confinement
 from factory.errors import BadInput, PermanentError, RetryableError
 from factory.store.base import ObjectInfo, Store
 from factory.store.placement import HashRing
@@ -49,14 +54,21 @@ class WarmResult:
 
 class AssetCache:
     def __init__(
-        self, root: Path, capacity: int, store: Store, s3: S3Settings | None = None
+        self,
+        root: Path,
+        capacity: int,
+        store: Store,
+        s3: S3Settings | None = None,
+        confinement: Confinement | None = None,
     ) -> None:
         self.root = root
         self.capacity = capacity
         self.store = store
         self.s3 = s3 or S3Settings()
-        (root / "objects").mkdir(parents=True, exist_ok=True)
-        (root / "locks").mkdir(exist_ok=True)
+        self.confinement = confinement or Confinement()
+        for folder in (root, root / "objects", root / "locks"):
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
         self._stores: dict[str, Store] = {}
 
     # --- use ----------------------------------------------------------------------------
@@ -144,6 +156,7 @@ class AssetCache:
         tmp = self.root / "objects" / f".fetch-{os.getpid()}-{time.monotonic_ns()}"
         try:
             sha256 = _copy_checked(store, key, tmp, info)
+            os.chmod(tmp, 0o600)
             size = tmp.stat().st_size
             if size > self.capacity:
                 log.info("asset.not_kept", extra={"asset": reference, "bytes": size})
@@ -204,6 +217,7 @@ class AssetCache:
             log.info("asset.evicted", extra={"sha256": sha256, "bytes": entry["size"]})
 
     def _resolve(self, reference: str) -> tuple[Store, str]:
+        self.confinement.check_asset(reference)
         if reference.startswith("s3://"):
             parsed = urlparse(reference)
             base = f"s3://{parsed.netloc}"
@@ -238,7 +252,8 @@ class AssetCache:
             after = json.dumps(index, sort_keys=True)
             if after != before:
                 tmp = path.with_suffix(".tmp")
-                tmp.write_text(after)
+                with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as out:
+                    out.write(after)
                 os.replace(tmp, path)
 
     @contextmanager
@@ -262,7 +277,8 @@ def _copy_checked(store: Store, key: str, target: Path, info: ObjectInfo) -> str
         return download(key, target).sha256
     with store.local_path(key) as source:
         digest = hashlib.sha256()
-        with open(source, "rb") as src, open(target, "wb") as out:
+        fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with open(source, "rb") as src, open(fd, "wb") as out:
             while chunk := src.read(1 << 20):
                 digest.update(chunk)
                 out.write(chunk)
@@ -292,7 +308,7 @@ class _OneFile:
 
 def open_asset_cache(settings: Settings, store: Store) -> AssetCache:
     root = settings.asset_cache_dir or settings.home / "assets"
-    return AssetCache(root, settings.asset_cache_bytes, store, settings.s3)
+    return AssetCache(root, settings.asset_cache_bytes, store, settings.s3, settings.confinement)
 
 
 def node_ring(settings: Settings) -> HashRing:

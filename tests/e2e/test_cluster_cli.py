@@ -34,7 +34,11 @@ def test_flower_refuses_to_start_without_auth(tmp_path: Path):
         "FACTORY_FLOWER_BASIC_AUTH": "",
     }
     result = run_cli("flower", env=env)
-    assert result.returncode == 2 and "--basic-auth" in result.stderr
+    assert result.returncode == 2 and "FACTORY_FLOWER_BASIC_AUTH" in result.stderr
+    on_argv = run_cli("flower", "--basic-auth", "ops:pw-on-the-command-line", env=env)
+    assert on_argv.returncode == 2  # no such option: a password never goes on a command line
+    half = run_cli("flower", env={**env, "FACTORY_FLOWER_BASIC_AUTH": "ops-only"})
+    assert half.returncode == 2 and "user:password" in half.stderr
 
 
 def test_watch_once_shows_progress_and_eta(tmp_path: Path):

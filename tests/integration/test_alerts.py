@@ -107,3 +107,29 @@ def test_refusals_are_not_retried_and_outages_give_up_quietly(tmp_path: Path) ->
     alerter = Alerter(gone, JobStateMachine.__new__(JobStateMachine), pauses.append)
     assert alerter.send({"event": "test", "text": "x"}) is False
     assert pauses == [0.5, 1.0, 2.0]  # backoff doubles between the four attempts
+
+
+def test_a_redirect_is_not_followed_so_the_token_goes_nowhere_else() -> None:
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.send_response(307)
+            self.send_header("Location", elsewhere.url)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    elsewhere = Receiver([])
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        settings = WebhookSettings(url=url, token=TOKEN, attempts=3, backoff=0.1)
+        alerter = Alerter(settings, JobStateMachine.__new__(JobStateMachine), lambda _: None)
+        assert alerter.send({"event": "test", "text": "x"}) is False
+        assert elsewhere.requests == []  # neither the alert nor the token reached the other host
+    finally:
+        server.shutdown()
+        elsewhere.server.shutdown()

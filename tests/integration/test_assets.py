@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from factory.confinement import Confinement
 from factory.errors import PermanentError, RetryableError
 from factory.store.assets import AssetCache
 from factory.store.file import FileStore
@@ -28,16 +29,17 @@ def gets(s3_stand, uri: str) -> int:
     return sum(1 for line in log.splitlines() if f'"GET {uri}"' in line)
 
 
-def cache(tmp_path: Path, s3_stand, capacity: int = 1 << 30) -> AssetCache:
+def cache(tmp_path: Path, s3_stand, bucket: str, capacity: int = 1 << 30) -> AssetCache:
+    allowed = Confinement(asset_roots=(tmp_path,), asset_buckets=(bucket,))
     return AssetCache(
-        tmp_path / "assets", capacity, FileStore(tmp_path / "store"), s3_stand.settings()
+        tmp_path / "assets", capacity, FileStore(tmp_path / "store"), s3_stand.settings(), allowed
     )
 
 
 def test_a_miss_fetches_once_and_a_hit_reads_nothing(s3_stand, bucket, s3_assets, tmp_path):
     data = os.urandom(2 << 20)
     s3_assets.put_bytes("beds/harbor.flac", data)
-    assets = cache(tmp_path, s3_stand)
+    assets = cache(tmp_path, s3_stand, bucket)
     reference = f"s3://{bucket}/beds/harbor.flac"
     with assets.local_path(reference) as first:
         assert first.read_bytes() == data
@@ -51,7 +53,7 @@ def test_a_changed_asset_upstream_or_a_tampered_copy_is_fetched_again(
     s3_stand, bucket, s3_assets, tmp_path
 ):
     s3_assets.put_bytes("beds/a.flac", b"first version")
-    assets = cache(tmp_path, s3_stand)
+    assets = cache(tmp_path, s3_stand, bucket)
     reference = f"s3://{bucket}/beds/a.flac"
     with assets.local_path(reference) as path:
         assert path.read_bytes() == b"first version"
@@ -69,7 +71,7 @@ def test_least_recently_used_assets_are_evicted_to_stay_in_bounds(
 ):
     for name in ("one", "two", "three"):
         s3_assets.put_bytes(f"beds/{name}", os.urandom(400_000))
-    assets = cache(tmp_path, s3_stand, capacity=1_000_000)
+    assets = cache(tmp_path, s3_stand, bucket, capacity=1_000_000)
     ref = {name: f"s3://{bucket}/beds/{name}" for name in ("one", "two", "three")}
     for name in ("one", "two"):
         with assets.local_path(ref[name]):
@@ -93,7 +95,7 @@ def test_an_asset_larger_than_the_cache_is_served_but_not_kept(
 ):
     data = os.urandom(300_000)
     s3_assets.put_bytes("lora/big.safetensors", data)
-    assets = cache(tmp_path, s3_stand, capacity=100_000)
+    assets = cache(tmp_path, s3_stand, bucket, capacity=100_000)
     with assets.local_path(f"s3://{bucket}/lora/big.safetensors") as path:
         assert hashlib.sha256(path.read_bytes()).hexdigest() == hashlib.sha256(data).hexdigest()
     assert not path.exists() and assets.stats()["objects"] == 0
@@ -104,7 +106,7 @@ def test_with_the_gateway_down_a_cached_asset_is_still_served(
 ):
     s3_assets.put_bytes("beds/kept.flac", b"kept bed")
     s3_assets.put_bytes("beds/never.flac", b"never fetched")
-    assets = cache(tmp_path, s3_stand)
+    assets = cache(tmp_path, s3_stand, bucket)
     with assets.local_path(f"s3://{bucket}/beds/kept.flac"):
         pass
     s3_stand.stop_gateway()
@@ -121,7 +123,7 @@ def test_with_the_gateway_down_a_cached_asset_is_still_served(
 
 
 def test_missing_assets_and_local_files(s3_stand, bucket, tmp_path):
-    assets = cache(tmp_path, s3_stand)
+    assets = cache(tmp_path, s3_stand, bucket)
     with (
         pytest.raises(PermanentError, match="does not exist"),
         assets.local_path(f"s3://{bucket}/beds/nothing.flac"),

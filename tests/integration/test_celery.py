@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import redis
@@ -151,15 +152,19 @@ def test_a_postgres_restart_mid_batch_loses_no_job(cluster: Cluster, tmp_path: P
     assert [j.stage for j in jobs] == [Stage.DONE] * 2, cluster.logs()
 
 
-def test_flower_answers_and_lists_the_workers(cluster: Cluster):
+def test_flower_answers_and_lists_the_workers_with_its_password_nowhere_in_sight(
+    cluster: Cluster,
+):
     cluster.start_workers(gpus=1, cpu=True, beat=False)
-    cluster.start("flower", "flower", "--port", "5599", "--basic-auth", "ops:secret")
+    password = "flower-" + uuid.uuid4().hex
+    flower = cluster.start("flower", "flower", "--port", "5599",
+                           extra_env={"FACTORY_FLOWER_BASIC_AUTH": f"ops:{password}"})  # fmt: skip
     deadline = time.monotonic() + 60
     names: set[str] = set()
     while time.monotonic() < deadline and len(names) < 2:
         try:
             answer = requests.get(
-                "http://127.0.0.1:5599/api/workers?refresh=1", auth=("ops", "secret"), timeout=10
+                "http://127.0.0.1:5599/api/workers?refresh=1", auth=("ops", password), timeout=10
             )
             if answer.ok:
                 names = set(answer.json())
@@ -170,6 +175,15 @@ def test_flower_answers_and_lists_the_workers(cluster: Cluster):
     assert {f"gpu0@{host}", f"cpu@{host}"} <= names, cluster.logs()
     refused = requests.get("http://127.0.0.1:5599/api/workers", timeout=10)
     assert refused.status_code == 401
+    wrong = requests.get("http://127.0.0.1:5599/api/workers", auth=("ops", "guess"), timeout=10)
+    assert wrong.status_code == 401
+    # `factory flower` execs Flower in place: the same pid, and its children if any
+    cmdline = Path(f"/proc/{flower.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    assert "flower" in cmdline and "--port=5599" in cmdline
+    for pid in cluster.children("flower"):
+        cmdline += Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    assert password not in cmdline and "basic-auth" not in cmdline
+    assert password not in (cluster.home / "flower.log").read_text(errors="replace")
 
 
 def test_a_redis_restart_mid_batch_loses_no_job(cluster: Cluster, tmp_path: Path):

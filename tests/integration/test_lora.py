@@ -107,3 +107,27 @@ def test_preload_warms_the_loras_a_manifest_names(tmp_path: Path, model_dir: Pat
         (lora_path.as_uri(), "fetched")
     ]
     assert assets["cache"]["bytes"] == lora_path.stat().st_size
+
+
+class _Planted:
+    """Unpickling this creates a file: proof that a loader ran pickle on the LoRA."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):  # type: ignore[no-untyped-def]
+        return (Path.touch, (self.marker,))
+
+
+def test_a_pickle_posing_as_a_lora_is_refused_and_never_unpickled(tmp_path: Path, model_dir: Path):
+    import torch
+
+    factory, ctx = in_process(tmp_path / "home")
+    planted = tmp_path / "home" / "store" / "loras" / "planted.safetensors"
+    planted.parent.mkdir(parents=True)
+    marker = tmp_path / "unpickled"
+    torch.save({"transformer.x.lora_A.weight": _Planted(marker)}, planted)
+    text = manifest(model_dir, "planted", ", lora: [{asset: loras/planted.safetensors}]")
+    with pytest.raises(PermanentError, match=r"LoRA loras/planted\.safetensors does not fit"):
+        first_segment(ctx, factory, text)
+    assert not marker.exists()  # loaded as safetensors only: the pickle was never run

@@ -17,6 +17,7 @@ import pytest
 from factory import preflight
 from factory.app import Factory
 from factory.config import Settings
+from factory.confinement import Confinement
 from factory.errors import MediaError, NoSuchJob
 from factory.manifest import load_manifest, parse_manifest
 from factory.media.ffmpeg import ffmpeg_exe, run
@@ -95,7 +96,7 @@ def test_same_spec_gives_identical_intermediates(tmp_path: Path):
         factory, ctx = in_process(tmp_path / name)
         store = ctx.store
         quick = load_manifest(REPO / "examples" / "quick.yaml")
-        checked = preflight.check(quick, lambda s=store: s)
+        checked = preflight.check(quick, lambda s=store: s, confinement=Confinement())
         preflight.upload(checked, store)
         manifest = checked.manifest
         job = submit(manifest, factory.jobs, None).jobs[0]

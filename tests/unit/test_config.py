@@ -150,3 +150,27 @@ def test_the_file_store_syncs_every_write_unless_told_not_to(tmp_path: Path):
     assert off.store_fsync is False
     assert open_store((tmp_path / "s").as_uri(), durable=off.store_fsync).durable is False
     assert open_store((tmp_path / "s").as_uri()).durable is True
+
+
+def test_the_webhook_must_be_https_except_to_this_host(tmp_path: Path):
+    for url in ("http://hooks.example.com/x", "http://10.0.0.5/x", "ftp://h/x"):
+        with pytest.raises(ConfigError) as caught:
+            Settings.from_env({"FACTORY_HOME": str(tmp_path), "FACTORY_WEBHOOK_URL": url})
+        assert caught.value.field == "FACTORY_WEBHOOK_URL" and "https://" in str(caught.value)
+    for url in ("https://hooks.example.com/x", "http://127.0.0.1:8080/x", "http://[::1]/x",
+                "http://localhost/x"):  # fmt: skip
+        env = {"FACTORY_HOME": str(tmp_path), "FACTORY_WEBHOOK_URL": url}
+        assert Settings.from_env(env).webhook.url == url
+
+
+def test_confinement_defaults_and_bad_values(tmp_path: Path):
+    plain = Settings.from_env({"FACTORY_HOME": str(tmp_path)}).confinement
+    assert plain.asset_roots == () and plain.asset_buckets == ()
+    assert plain.model_roots == (Path("/models"), tmp_path / "models")
+    s3 = Settings.from_env({"FACTORY_HOME": str(tmp_path), "FACTORY_STORE_URL": "s3://renders/x"})
+    assert s3.confinement.asset_buckets == ("renders",)
+    for name, value in (("FACTORY_ASSET_ROOTS", "relative/dir"), ("FACTORY_MODEL_ROOTS", "/"),
+                        ("FACTORY_ASSET_BUCKETS", "Not_A_Bucket")):  # fmt: skip
+        with pytest.raises(ConfigError) as caught:
+            Settings.from_env({"FACTORY_HOME": str(tmp_path), name: value})
+        assert caught.value.field == name

@@ -247,3 +247,12 @@ def test_assets_beside_the_manifest_are_paths_and_their_fields_are_known():
         parse_manifest(
             "batch: b\nvideos:\n  - {id: a, prompt: ok, duration: 4, audio: {asset: ./beds/}}\n"
         )
+
+
+def test_a_huge_integer_is_a_manifest_error_not_an_internal_one() -> None:
+    digits = "9" * 5000
+    for text, fmt in ((f"batch: b\nvideos:\n  - {{id: a, prompt: p, seed: {digits}}}\n", "yaml"),
+                      ('{"batch": "b", "videos": [{"id": "a", "prompt": "p", "seed": '
+                       f"{digits}}}]}}", "json")):  # fmt: skip
+        with pytest.raises(ManifestError, match="a number of 5000 characters"):
+            parse_manifest(text, fmt=fmt)

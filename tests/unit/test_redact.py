@@ -50,3 +50,17 @@ def test_log_lines_are_masked_in_text_and_json(monkeypatch) -> None:
         assert "topsecret1" not in output and "topsecret2" not in output
         assert "MIGHAg" not in output and "redis://:***@h:6379/0" in output
     logging.getLogger().handlers.clear()
+
+
+def test_passwords_holding_slashes_and_basic_auth_pairs_are_masked() -> None:
+    text = ("postgresql://factory:a/b+c/d==@db:5432/factory "
+            "rediss://default:x/y?z@redis:6380/0 [redis://:p@ss/w0rd@h/1]")  # fmt: skip
+    masked = redact.redact(text)
+    for secret in ("a/b+c/d==", "b+c", "x/y?z", "p@ss/w0rd", "w0rd"):
+        assert secret not in masked, masked
+    assert "postgresql://factory:***@db:5432/factory" in masked
+    assert "rediss://default:***@redis:6380/0" in masked
+    redact.register_environment({"FACTORY_FLOWER_BASIC_AUTH": "ops:flower-pass-9d2",
+                                 "FACTORY_METRICS_TOKEN": "metrics-token-77a"})  # fmt: skip
+    line = redact.redact("auth ops:flower-pass-9d2 then flower-pass-9d2 token metrics-token-77a")
+    assert "flower-pass-9d2" not in line and "metrics-token-77a" not in line
