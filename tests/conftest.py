@@ -38,6 +38,9 @@ def _admin() -> psycopg2.extensions.connection:
     return conn
 
 
+GPU_NODE_MODEL_ROOTS = ("/gpu-only", "/gpu-nodes-only", "/gpu-node-only-models")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _tests_allow_their_temp_folders(tmp_path_factory) -> None:
     """The tests' operator allows file:// assets and model directories in the tests' own
@@ -45,7 +48,8 @@ def _tests_allow_their_temp_folders(tmp_path_factory) -> None:
     Processes the tests start inherit it; tests of the confinement set their own."""
     base = str(tmp_path_factory.getbasetemp())
     os.environ["FACTORY_ASSET_ROOTS"] = base
-    os.environ["FACTORY_MODEL_ROOTS"] = base
+    # and the folders that stand for model directories only GPU nodes mount (never created)
+    os.environ["FACTORY_MODEL_ROOTS"] = ":".join([base, *GPU_NODE_MODEL_ROOTS])
 
 
 @pytest.fixture(scope="session")
