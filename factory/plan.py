@@ -17,6 +17,11 @@ Exact behaviour at the edges:
 - frame counts that do not divide: the last segment writes between 1 and L frames.
 
 The segments' written ranges are consecutive and cover [0, N) exactly once.
+
+Families that continue from latents (helios, anyflow-far) re-decode the last O frames of the
+previous segment instead of regenerating them, so their first segment, which has nothing to
+re-decode, is O frames shorter (``first_short``): segment 0 generates L - O frames and
+segment k >= 1 starts at output frame ``k * (L - O) - O``.
 Each segment takes the prompt of the scene in which its first new (not overlapped) frame
 falls; a scene boundary at t seconds is output frame round(t * fps).
 """
@@ -49,11 +54,14 @@ class SegmentPlan:
         return 0 if self.is_last else self.frames - self.write_count
 
 
-def segment_count(frames_total: int, segment_frames: int, overlap: int) -> int:
+def segment_count(
+    frames_total: int, segment_frames: int, overlap: int, first_short: int = 0
+) -> int:
     _check(frames_total, segment_frames, overlap)
-    if frames_total <= segment_frames:
+    first = segment_frames - first_short
+    if frames_total <= first:
         return 1
-    return 1 + math.ceil((frames_total - segment_frames) / (segment_frames - overlap))
+    return 1 + math.ceil((frames_total - first) / (segment_frames - overlap))
 
 
 def plan_segments(
@@ -61,23 +69,31 @@ def plan_segments(
     segment_frames: int,
     overlap: int,
     scene_starts: Sequence[int] = (0,),
+    first_short: int = 0,
 ) -> list[SegmentPlan]:
-    """The segments of a video; ``scene_starts`` are the scenes' first output frames."""
-    count = segment_count(frames_total, segment_frames, overlap)
+    """The segments of a video; ``scene_starts`` are the scenes' first output frames;
+    ``first_short`` frames fewer in segment 0 (see the module's note on latent families)."""
+    if not 0 <= first_short <= overlap or (first_short and segment_frames - 2 * overlap < 1):
+        raise ValueError(
+            f"first_short must be within 0..overlap ({overlap}) and leave segment 0 a frame "
+            f"to write, got {first_short} with segments of {segment_frames}"
+        )
+    count = segment_count(frames_total, segment_frames, overlap, first_short)
     if not scene_starts or scene_starts[0] != 0 or list(scene_starts) != sorted(scene_starts):
         raise ValueError(f"scene_starts must start at 0 and increase, got {list(scene_starts)}")
     step = segment_frames - overlap
     plans = []
     for index in range(count):
-        first = index * step
+        short = 0 if index else first_short
+        first = index * step - (first_short if index else 0)
         last = index == count - 1
-        write_end = frames_total if last else first + step
+        write_end = frames_total if last else first + step - short
         new_from = min(first + (overlap if index else 0), write_end - 1)
         plans.append(
             SegmentPlan(
                 index=index,
                 first_frame=first,
-                frames=segment_frames,
+                frames=segment_frames - short,
                 context=overlap if index else 0,
                 write_start=first,
                 write_end=write_end,

@@ -14,7 +14,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 SPEC_VERSION = 1
-DIFFUSERS_FAMILIES = ("skyreels-v2-df", "wan", "ltx-video")
+DIFFUSERS_FAMILIES = ("skyreels-v2-df", "wan", "ltx-video", "helios", "anyflow-far")
+# Families whose segments continue from the previous segment's latents (docs/models.md): their
+# overlap is re-decoded, not regenerated, so their first segment is `overlap` frames shorter.
+LATENT_FAMILIES = ("helios", "anyflow-far")
 CPU_FAMILIES = ("procedural", "timed")
 MODEL_FAMILIES = CPU_FAMILIES + DIFFUSERS_FAMILIES
 
@@ -73,6 +76,11 @@ class VideoSpec:
     @property
     def frames_total(self) -> int:
         return frames_for(self.duration, self.fps)
+
+    @property
+    def first_segment_short(self) -> int:
+        """How many frames fewer segment 0 generates (factory.plan: latent families)."""
+        return self.segment_overlap if self.model.family in LATENT_FAMILIES else 0
 
     @property
     def assets(self) -> tuple[str, ...]:

@@ -243,7 +243,9 @@ class JobStateMachine:
         created: list[Created] = []
         for video in videos:
             frames = video.frames_total
-            segments = segment_count(frames, video.segment_frames, video.segment_overlap)
+            segments = segment_count(
+                frames, video.segment_frames, video.segment_overlap, video.first_segment_short
+            )
             trace_id = uuid.uuid4().hex
             inserted = conn.execute(
                 insert_for(jobs)

@@ -91,3 +91,32 @@ def test_scene_of_a_segment_is_where_its_new_frames_begin():
     # context 24..27, its first new frame is 28, in scene 1; segment 1's is 16, scene 0.
     segments = plan_segments(48, 16, 4, scene_start_frames([0, 1.0], 24))
     assert [s.scene for s in segments] == [0, 0, 1, 1]
+
+
+@st.composite
+def latent_plans(draw):
+    """Latent families: segment 0 is `overlap` frames shorter (it has nothing to re-decode)."""
+    overlap = draw(st.integers(0, 16))
+    length = draw(st.integers(max(2, 2 * overlap + 1), 160))
+    frames = draw(st.integers(1, 5000))
+    return frames, length, overlap
+
+
+@given(latent_plans())
+def test_a_shorter_first_segment_keeps_every_frame_once_and_every_overlap(case):
+    frames, length, overlap = case
+    segments = plan_segments(frames, length, overlap, (0,), overlap)
+    written = [f for s in segments for f in range(s.write_start, s.write_end)]
+    assert written == list(range(frames))
+    assert len(segments) == segment_count(frames, length, overlap, overlap)
+    assert segments[0].frames == length - overlap and segments[0].first_frame == 0
+    for before, after in itertools.pairwise(segments):
+        assert after.frames == length and after.context == overlap == before.tail
+        assert after.first_frame == before.first_frame + before.frames - overlap
+        assert after.write_start == before.write_end
+    assert all(s.write_count >= 1 for s in segments)
+
+
+def test_a_first_segment_that_would_write_nothing_is_refused():
+    with pytest.raises(ValueError, match="leave segment 0 a frame"):
+        plan_segments(100, 24, 12, (0,), 12)
