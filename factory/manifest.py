@@ -467,6 +467,10 @@ def _fits_family(
     if overlap_problem:
         where = origin.get("segment", f"{here}.segment")
         problems.append(FieldProblem(f"{where}.overlap", overlap_problem))
+    length_problem = family.segment_problem(segment.frames, segment.overlap)
+    if length_problem and not overlap_problem:
+        where = origin.get("segment", f"{here}.segment")
+        problems.append(FieldProblem(f"{where}.frames", length_problem))
     multiple = family.size_multiple
     if resolution.width % multiple or resolution.height % multiple:
         problems.append(

@@ -237,6 +237,31 @@ def _check_model_dirs(
             problems.append(FieldProblem(where, verdict.problem))
         elif verdict.warning:
             warnings.append(FieldProblem(where, verdict.warning))
+        elif family == "helios":
+            problems.extend(_helios_sizes(manifest, path))
+
+
+def _helios_sizes(manifest: Manifest, path: str) -> list[FieldProblem]:
+    """Helios mid and distilled (pyramid) need sides in multiples of 64: every video of the
+    manifest on this directory is checked, naming its resolution."""
+    from factory.generate.model_dir import PYRAMID_SIZE_MULTIPLE, ModelDirProblem, helios_variant
+
+    try:
+        variant = helios_variant(path)
+    except ModelDirProblem as exc:
+        return [FieldProblem(f"{manifest.field(0, 'model')}.path", exc.reason)]
+    multiple = PYRAMID_SIZE_MULTIPLE
+    found = []
+    for index, video in enumerate(manifest.videos):
+        if video.model.path != path or variant == "base":
+            continue
+        if video.width % multiple or video.height % multiple:
+            message = (
+                f"{video.width}x{video.height} does not suit Helios {variant} (pyramid): "
+                f"width and height must be multiples of {multiple}, e.g. 640x384"
+            )
+            found.append(FieldProblem(manifest.field(index, "resolution"), message))
+    return found
 
 
 @dataclass(frozen=True)

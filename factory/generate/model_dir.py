@@ -52,3 +52,35 @@ def check_model_dir(path: str, needed: tuple[str, ...] | None = None) -> list[st
     if missing:
         raise ModelDirProblem(root, f"missing {', '.join(missing)}")
     return wanted
+
+
+PYRAMID_SIZE_MULTIPLE = 64  # Helios mid/distilled: latent sides divisible by 8 (3 stages, patch 2)
+
+
+def helios_variant(path: str) -> str:
+    """base, mid or distilled, from the directory: HeliosPipeline is base; a pyramid pipeline
+    is distilled when it says `is_distilled` (it then needs the DMD scheduler), else mid."""
+    root = Path(path)
+    try:
+        index = json.loads((root / "model_index.json").read_text())
+    except (OSError, ValueError) as error:
+        raise ModelDirProblem(root, f"model_index.json cannot be read: {error}") from None
+    pipeline = index.get("_class_name")
+    scheduler = (index.get("scheduler") or [None, None])[1]
+    if pipeline == "HeliosPipeline":
+        return "base"
+    if pipeline == "HeliosPyramidPipeline":
+        distilled = bool(index.get("is_distilled"))
+        wanted = "HeliosDMDScheduler" if distilled else "HeliosScheduler"
+        if scheduler != wanted:
+            raise ModelDirProblem(
+                root,
+                f"a Helios pyramid pipeline with is_distilled={distilled} needs {wanted}, "
+                f"not {scheduler}",
+            )
+        return "distilled" if distilled else "mid"
+    raise ModelDirProblem(
+        root,
+        f"not a Helios pipeline: model_index.json names {pipeline}, not HeliosPipeline or "
+        "HeliosPyramidPipeline",
+    )

@@ -215,7 +215,13 @@ def family_manifest(family: str, segment: str = "") -> str:
 
 @pytest.mark.parametrize(
     ("family", "frames", "overlap"),
-    [("skyreels-v2-df", 97, 17), ("wan", 81, 17), ("ltx-video", 121, 25)],
+    [
+        ("skyreels-v2-df", 97, 17),
+        ("wan", 81, 17),
+        ("ltx-video", 121, 25),
+        ("helios", 152, 8),
+        ("anyflow-far", 56, 8),
+    ],
 )
 def test_a_family_without_segment_settings_gets_its_own(family: str, frames: int, overlap: int):
     video = parse_manifest(family_manifest(family)).videos[0]
@@ -231,6 +237,25 @@ def test_a_segment_given_in_part_is_completed_to_suit_the_family():
         "batch: b\nvideos:\n  - {id: a, prompt: ok, duration: 4, segment: {frames: 30}}\n"
     ).videos[0]
     assert (plain.segment_frames, plain.segment_overlap) == (30, 4)  # procedural: as before
+
+
+@pytest.mark.parametrize(
+    ("family", "segment", "problem"),
+    [
+        ("helios", "{frames: 150, overlap: 8}", r"segment\.frames: 150 does not suit helios: "
+         r"segment\.frames must be whole chunks of 36 frames \(9 latent frames\) plus the "
+         r"overlap \(8\), e.g. 44, 80, 152"),
+        ("anyflow-far", "{frames: 16, overlap: 8}", r"segment\.frames: 16 does not suit "
+         r"anyflow-far: the new frames of a segment \(8\) must be more than the overlap"),
+        ("helios", "{frames: 160, overlap: 16}", r"segment\.overlap: 16 does not suit helios: "
+         r"the overlap is cross-faded from frames decoded again, at most 12"),
+    ],
+)  # fmt: skip
+def test_latent_families_take_whole_chunks(family: str, segment: str, problem: str):
+    with pytest.raises(ManifestError, match=problem):
+        parse_manifest(family_manifest(family, f"    segment: {segment}\n"))
+    spec = parse_manifest(family_manifest(family)).videos[0]
+    assert spec.first_segment_short == spec.segment_overlap == 8
 
 
 def test_assets_beside_the_manifest_are_paths_and_their_fields_are_known():
