@@ -6,6 +6,7 @@ has been `done` (delivered, QC passed) for longer than the policy (FACTORY_KEEP_
 7 days, or ``--older-than``), gc removes them and keeps what people review, which is small:
 
     removed   segments/*.mkv, segments/*.tail.npy       (lossless segments, their tails)
+              segments/*.carry.safetensors              (latents a next segment continued)
               chunks/**                                 (encoded chunks)
               work/**.video.mp4, work/**.m4a, work/**.mp4  (joined videos, audio, muxed)
     kept      out/*  qc.json  contact.png  quality.png  (the delivery)
@@ -38,7 +39,7 @@ from factory.stages import Stage
 from factory.store import Store, keys
 
 DELETE_BATCH = 1000  # keys per delete_many call (S3's DeleteObjects takes at most 1000)
-KINDS = ("segment", "tail", "chunk", "joined", "audio", "muxed")
+KINDS = ("segment", "tail", "carry", "chunk", "joined", "audio", "muxed")
 
 
 def classify(job_prefix: str, key: str) -> str | None:
@@ -50,6 +51,8 @@ def classify(job_prefix: str, key: str) -> str | None:
     if top == "segments" and len(parts) == 2:
         if name.endswith(".tail.npy"):
             return "tail"
+        if name.endswith(".carry.safetensors"):
+            return "carry"
         return "segment" if name.endswith(".mkv") else None
     if top == "chunks" and len(parts) > 1:
         return "chunk"

@@ -152,10 +152,83 @@ def save_ltx_condition(folder: Path) -> Path:
     return folder
 
 
+def save_helios(folder: Path, variant: str = "distilled") -> Path:
+    """Helios base (HeliosPipeline), mid (pyramid, CFG-Zero*) or distilled (pyramid, DMD).
+    gamma 0.25, not the released 1/3: with 1/3 the pyramid's block-noise covariance is singular
+    and its Cholesky factorisation fails on the CPU (CUDA's accepts it)."""
+    import torch
+    from diffusers import (
+        HeliosDMDScheduler,
+        HeliosPipeline,
+        HeliosPyramidPipeline,
+        HeliosScheduler,
+        HeliosTransformer3DModel,
+    )
+
+    tok = tokenizer()
+    text_encoder = _umt5(tok)
+    torch.manual_seed(0)
+    vae = _wan_vae()
+    transformer = HeliosTransformer3DModel(
+        patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16,
+        out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32, num_layers=2,
+        rope_dim=(4, 4, 4),
+    ).eval()  # fmt: skip
+    parts = dict(tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer)
+    if variant == "base":
+        HeliosPipeline(scheduler=HeliosScheduler(stages=1, stage_range=[0, 1]), **parts)\
+            .save_pretrained(folder)  # fmt: skip
+        return folder
+    scheduler_class = HeliosDMDScheduler if variant == "distilled" else HeliosScheduler
+    HeliosPyramidPipeline(
+        scheduler=scheduler_class(stages=3, gamma=0.25, use_dynamic_shifting=True),
+        is_cfg_zero_star=variant == "mid", is_distilled=variant == "distilled", **parts,
+    ).save_pretrained(folder)  # fmt: skip
+    return folder
+
+
+def save_anyflow_far(folder: Path, window: int = 48) -> Path:
+    """AnyFlow-FAR tuned (its `chunk_partition`) for `window` latent frames per call in chunks
+    of 3 after a first frame, like the released 1,3,3,3,3,3,3,2 (21)."""
+    import torch
+    from diffusers import (
+        AnyFlowFARPipeline,
+        AnyFlowFARTransformer3DModel,
+        FlowMapEulerDiscreteScheduler,
+    )
+
+    tok = tokenizer()
+    text_encoder = _umt5(tok)
+    torch.manual_seed(0)
+    vae = _wan_vae()
+    threes, rest = divmod(window - 1, 3)
+    partition = (1,) + (3,) * threes + ((rest,) if rest else ())
+    transformer = AnyFlowFARTransformer3DModel(
+        patch_size=(1, 2, 2), compressed_patch_size=(1, 4, 4), full_chunk_limit=3,
+        num_attention_heads=2, attention_head_dim=12, in_channels=16, out_channels=16,
+        text_dim=32, freq_dim=32, ffn_dim=32, num_layers=2, rope_max_seq_len=64,
+        chunk_partition=partition,
+    ).eval()  # fmt: skip
+    AnyFlowFARPipeline(
+        tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer,
+        scheduler=FlowMapEulerDiscreteScheduler(num_train_timesteps=1000, shift=5.0),
+    ).save_pretrained(folder)  # fmt: skip
+    return folder
+
+
 SAVERS = {
     "skyreels-v2-df": save_skyreels_df,
     "wan": save_wan_vace,
     "ltx-video": save_ltx_condition,
+}
+
+# The families that continue from latents, by variant (tests/integration/test_latent_families.py).
+LATENT_SAVERS = {
+    "helios-base": lambda folder: save_helios(folder, "base"),
+    "helios-mid": lambda folder: save_helios(folder, "mid"),
+    "helios-distilled": lambda folder: save_helios(folder, "distilled"),
+    "anyflow-far": save_anyflow_far,
+    "anyflow-far-window13": lambda folder: save_anyflow_far(folder, window=13),
 }
 
 

@@ -7,7 +7,7 @@ from factory.generate.base import Frames, Generator, PromptEmbedding, SegmentSpe
 from factory.generate.memory import MemoryPolicy
 from factory.generate.procedural import ProceduralGenerator
 from factory.generate.timed import TimedGenerator
-from factory.spec import DIFFUSERS_FAMILIES, ModelChoice
+from factory.spec import DIFFUSERS_FAMILIES, LATENT_FAMILIES, ModelChoice
 
 __all__ = [
     "Frames",
@@ -30,6 +30,10 @@ def make_generator(
     if model.family == "timed":
         assert model.seconds_per_segment is not None
         return TimedGenerator(model.seconds_per_segment)
+    if model.family in LATENT_FAMILIES:
+        from factory.generate.latent_backend import LATENT_GENERATORS
+
+        return LATENT_GENERATORS[model.family](model, attention_override, memory_policy)
     if model.family in DIFFUSERS_FAMILIES:
         from factory.generate.diffusers_backend import GENERATORS
 

@@ -168,7 +168,7 @@ class DiffusersGenerator:
         diffusers_logging.set_verbosity_error()
         self.device = device
         self.dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
-        pipeline_class = getattr(diffusers, self.family.text_pipeline)
+        pipeline_class = getattr(diffusers, self.pipeline_class_name())
         pipe = pipeline_class.from_pretrained(
             self.model.path,
             dtype=self.dtype,
@@ -180,18 +180,27 @@ class DiffusersGenerator:
         self.memory_policy.apply(pipe, device, self.dtype)
         self.pipe = pipe
         self.time_stride = self._time_stride(pipe)
-        self.attention = choose(
-            Capabilities.probe(device),
-            dense_mask=self.needs_dense_mask,
-            override=self.attention_override,
-        )
-        pipe.transformer.set_attention_backend(self.attention[0])
+        if self.fixed_attention:
+            self.attention = self.fixed_attention
+        else:
+            self.attention = choose(
+                Capabilities.probe(device),
+                dense_mask=self.needs_dense_mask,
+                override=self.attention_override,
+            )
+            pipe.transformer.set_attention_backend(self.attention[0])
         log.info(
             "attention.chosen", extra={"backend": self.attention[0], "reason": self.attention[1]}
         )
         self._after_load(pipe)
 
     needs_dense_mask = False  # synchronous diffusion forcing / plain DiT attention
+    fixed_attention: tuple[str, str] | None = None  # a model that runs on one backend only
+
+    def pipeline_class_name(self) -> str:
+        """The diffusers pipeline this directory is loaded as (a family with variants reads
+        it from the directory)."""
+        return self.family.text_pipeline
 
     def _after_load(self, pipe: Any) -> None:
         pass
@@ -265,7 +274,7 @@ class DiffusersGenerator:
                     log.warning("segment.oom_retry", extra={"segment": seg.index})
                     memory.release_cached(self.device)
                     self.pipe.vae.enable_tiling()
-        reading.extra.update(oom_retries=oom_retries, **self.memory_policy.describe())
+        reading.extra.update(oom_retries=oom_retries, **self.memory_policy.describe(self.device))
         self.last_memory = reading.to_dict()
         video = np.asarray(video, np.float32)
         check_float_output(video, f"{self.name} segment {seg.index}")

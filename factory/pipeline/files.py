@@ -37,6 +37,9 @@ class Segments:
     def tail(self, index: int) -> str:
         return keys.tail(self.job.batch, self.job.video_id, index, self.attempt(index))
 
+    def carry(self, index: int) -> str:
+        return keys.carry(self.job.batch, self.job.video_id, index, self.attempt(index))
+
     def thumbs(self, index: int) -> str:
         """Seam thumbnails kept with a segment by the code before per-chunk QC."""
         return keys.thumbs(self.job.batch, self.job.video_id, index, self.attempt(index))

@@ -30,14 +30,15 @@ from factory.store import keys
 
 def video_plan(video: VideoSpec) -> list[SegmentPlan]:
     starts = tuple(scene_start_frames([s.start for s in video.scenes], video.fps))
-    return list(_plan(video.frames_total, video.segment_frames, video.segment_overlap, starts))
+    shape = (video.frames_total, video.segment_frames, video.segment_overlap)
+    return list(_plan(*shape, starts, video.first_segment_short))
 
 
 @functools.lru_cache(maxsize=64)
-def _plan(frames: int, length: int, overlap: int, starts: tuple[int, ...]) -> tuple:
+def _plan(frames: int, length: int, overlap: int, starts: tuple[int, ...], short: int) -> tuple:
     """Planned once per process and video shape: the segment path asks for it several times
     per segment, and a 3,000-segment plan takes milliseconds to make."""
-    return tuple(plan_segments(frames, length, overlap, starts))
+    return tuple(plan_segments(frames, length, overlap, starts, short))
 
 
 @dataclass
@@ -49,6 +50,7 @@ class WarmTail:
     segment: int
     frames: np.ndarray
     written: np.ndarray | None = None
+    carry: bytes | None = None  # latent families: what the next segment continues from
 
 
 class SeamFailed(PermanentError):
@@ -72,9 +74,13 @@ def generate_segment(
     prompts = ctx.ensure_prompts(video)  # the text encoder alone, before the transformer loads
     generator = ctx.generator(video.model)
     usable = warm is not None and (warm.job_id, warm.segment) == (job.job_id, plan.index - 1)
-    tail = before = None
+    tail = before = carry = None
     if plan.context:
         tail = warm.frames if usable and warm else _stored_tail(ctx, job, plan.index - 1)
+    if plan.index > 0 and getattr(generator, "carries_latents", False):
+        carry = warm.carry if usable and warm and warm.carry else None
+        if carry is None:
+            carry = _stored_carry(ctx, job, plan.index - 1)
     if plan.index > 0:
         before = warm.written if usable and warm and warm.written is not None else None
         if before is None:
@@ -94,7 +100,9 @@ def generate_segment(
     previous_scene = video_plan(video)[plan.index - 1].scene if plan.index else plan.scene
     regeneration = 0
     while True:
-        stitched = _make(ctx, job, plan, generator, spec, prompt, tail, regeneration)
+        stitched, carried = _make(
+            ctx, job, plan, generator, spec, prompt, tail, carry, regeneration
+        )
         seam = None
         if before is not None:
             seam = score_seam(
@@ -128,7 +136,7 @@ def generate_segment(
             },
         )
     stopping.check()  # a holder that lost the job stops before it writes anything
-    _store_segment(ctx, job, plan, stitched.frames, stitched.tail)
+    _store_segment(ctx, job, plan, stitched.frames, stitched.tail, carried)
     seconds = round(time.monotonic() - started, 3)
     used = getattr(generator, "last_memory", None)
     gpu = (used or {}).get("gpu") or ctx.device
@@ -167,7 +175,8 @@ def generate_segment(
         },
     )
     written = np.ascontiguousarray(stitched.frames[-WINDOW:])
-    return job, WarmTail(job.job_id, plan.index, np.ascontiguousarray(stitched.tail), written)
+    tail_frames = np.ascontiguousarray(stitched.tail)
+    return job, WarmTail(job.job_id, plan.index, tail_frames, written, carried)
 
 
 def _make(
@@ -178,18 +187,28 @@ def _make(
     spec: SegmentSpec,
     prompt: PromptEmbedding,
     tail: np.ndarray | None,
+    carry: bytes | None,
     regeneration: int,
-) -> Stitched:
+) -> tuple[Stitched, bytes | None]:
     video = job.video
     seed = segment_seed(video.seed, plan.index, regeneration)
+    carried = None
+    if getattr(generator, "carries_latents", False):
+        # A latent family continues the previous segment's latents (and noise, where the
+        # family chains it); a regeneration draws this segment's noise from its new seed.
+        made, carried = generator.generate_continuing(  # type: ignore[attr-defined]
+            spec, prompt, carry, seed, reseed=regeneration > 0
+        )
+    else:
+        made = generator.generate(spec, prompt, tail, seed)
     # C order everywhere: the warm tail and a tail read back from the store must have the same
     # memory layout, or float reductions in the stitcher round differently (1-level drifts).
-    frames = np.ascontiguousarray(generator.generate(spec, prompt, tail, seed))
+    frames = np.ascontiguousarray(made)
     check_frames(frames, f"segment {plan.index}")
     anchor = job.progress.get("anchor")
     if anchor and plan.index > 0:
         frames = toward_anchor(frames, anchor, ctx.drift_factor)
-    return stitch(plan, frames, tail, ctx.stitch_strength)
+    return stitch(plan, frames, tail, ctx.stitch_strength), carried
 
 
 def run_generate(ctx: StageContext, job: Job) -> Job:
@@ -210,6 +229,7 @@ def _store_segment(
     plan: SegmentPlan,
     frames: np.ndarray,
     tail: np.ndarray,
+    carry: bytes | None = None,
 ) -> None:
     """The segment's files under names of this attempt: whatever a stale holder of the same
     segment writes lands beside them, never on them; the checkpoint then records which
@@ -224,6 +244,8 @@ def _store_segment(
             tail_file = work / scratch / "tail.npy"
             write_tail(tail_file, tail)
             ctx.store.put_file(keys.tail(batch, name, plan.index, attempt), tail_file, move=True)
+        if carry is not None and not plan.is_last:
+            ctx.store.put_bytes(keys.carry(batch, name, plan.index, attempt), carry)
         stopping.check()
         ctx.store.put_file(keys.segment(batch, name, plan.index, attempt), segment_file, move=True)
 
@@ -238,6 +260,11 @@ def _stored_written_tail(ctx: StageContext, job: Job, index: int) -> np.ndarray:
     video = job.video
     with ctx.store.local_path(_recorded(ctx, job, index).segment(index)) as path:
         return np.ascontiguousarray(read_frames(path, video.width, video.height)[-WINDOW:])
+
+
+def _stored_carry(ctx: StageContext, job: Job, index: int) -> bytes:
+    with ctx.store.local_path(_recorded(ctx, job, index).carry(index)) as path:
+        return path.read_bytes()
 
 
 def _stored_tail(ctx: StageContext, job: Job, index: int) -> np.ndarray:

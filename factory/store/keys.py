@@ -35,6 +35,11 @@ def tail(batch: str, video: str, index: int, attempt: int | None = None) -> str:
     return _segment_stem(batch, video, index, attempt) + ".tail.npy"
 
 
+def carry(batch: str, video: str, index: int, attempt: int | None = None) -> str:
+    """What a latent family's next segment continues from (factory.generate.latent_backend)."""
+    return _segment_stem(batch, video, index, attempt) + ".carry.safetensors"
+
+
 def thumbs(batch: str, video: str, index: int, attempt: int | None = None) -> str:
     """Small pictures of a segment's first frame after its seam and its last written frame."""
     return _segment_stem(batch, video, index, attempt) + ".thumbs.png"
