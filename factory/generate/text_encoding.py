@@ -25,13 +25,16 @@ log = logging.getLogger(__name__)
 
 TEXT_COMPONENTS = ("text_encoder", "tokenizer")
 _TOKENIZER_FILES = (".json", ".model", ".txt")
+_WEIGHT_FILES = (".safetensors", ".bin")
 
 loads = 0  # how many times this process loaded a text encoder (tests read it)
 
 
 def text_encoder_identity(path: str) -> str:
     """What distinguishes one text encoder from another without hashing gigabytes of weights:
-    its config, the tokenizer files and the pipeline's model index."""
+    its config and tokenizer files, and the size and three sampled blocks of every weight
+    file (a fine-tuned encoder of the same shape differs there). Two model directories with
+    the same encoder (Wan and Helios both ship umt5-xxl) have the same identity."""
     root = Path(path)
     check_model_dir(path, TEXT_COMPONENTS)
     digest = hashlib.sha256()
@@ -40,7 +43,32 @@ def text_encoder_identity(path: str) -> str:
             if file.suffix in _TOKENIZER_FILES:
                 digest.update(f"{folder}/{file.name}\0".encode())
                 digest.update(file.read_bytes())
+            elif file.suffix in _WEIGHT_FILES:
+                digest.update(f"{folder}/{file.name}\0".encode())
+                digest.update(_sampled(file))
     return digest.hexdigest()[:32]
+
+
+def _sampled(file: Path, block: int = 1 << 16) -> bytes:
+    size = file.stat().st_size
+    with file.open("rb") as handle:
+        parts = [str(size).encode()]
+        for offset in (0, max(0, size // 2 - block // 2), max(0, size - block)):
+            handle.seek(offset)
+            parts.append(handle.read(block))
+    return b"".join(parts)
+
+
+def text_pipeline_class(path: str, family: Family) -> str:
+    """The pipeline class whose encode_prompt runs: a family with variants (Helios: base or
+    pyramid) is loaded as the class its model_index.json names."""
+    if not family.pipelines:
+        return family.text_pipeline
+    try:
+        named = json.loads((Path(path) / "model_index.json").read_text()).get("_class_name")
+    except (OSError, ValueError):
+        named = None
+    return named if named in family.pipelines else family.text_pipeline
 
 
 class TextEncoder:
@@ -61,7 +89,7 @@ class TextEncoder:
         import torch
 
         loads += 1
-        pipeline_class = getattr(diffusers, self.family.text_pipeline)
+        pipeline_class = getattr(diffusers, text_pipeline_class(self.model.path or "", self.family))
         dtype = torch.bfloat16 if device.startswith("cuda") else torch.float32
         skip = {name: None for name in self.family.generation_components}
         self._pipe = pipeline_class.from_pretrained(

@@ -59,9 +59,12 @@ class PromptService:
     def key(self, model: ModelChoice, prompt: str, negative: str) -> str:
         from factory.generate.text_encoding import text_encoder_identity
 
+        # The recipe and the encoder, not the family or the directory: Wan, SkyReels-V2, Helios
+        # and AnyFlow-FAR run the same umt5-xxl the same way, and one entry serves them all.
         family = family_of(model.family)
         identity = text_encoder_identity(model.path or "")
-        return cache_key(model_label(model), identity, prompt, negative, family.max_sequence_length)
+        recipe = family.text_recipe or model.family
+        return cache_key(recipe, identity, prompt, negative, family.max_sequence_length)
 
     def lookup(self, model: ModelChoice, prompt: str, negative: str) -> bytes | None:
         return self.cache.get(self.key(model, prompt, negative))
