@@ -222,10 +222,14 @@ def gpu_plan(
     fp8: bool = typer.Option(False, "--fp8", help="Layerwise casting: weights stored in fp8."),
     offload: bool = typer.Option(False, "--group-offload", help="Group offload, block level."),
     tiling: bool = typer.Option(False, "--vae-tiling", help="VAE tiling."),
+    size: str | None = typer.Option(
+        None, "--size", help="A released size without --model: anyflow-far 1.3B or 14B."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Estimated GPU memory per component for one segment (weights exact, the rest estimated);
-    without --model, the released model's config (Wan/SkyReels 1.3B, LTX-Video 2B)."""
+    without --model, the released model's config (Wan/SkyReels 1.3B, LTX-Video 2B, Helios
+    14B, AnyFlow-FAR 1.3B or --size 14B)."""
     from factory.generate.memory_plan import plan
 
     match = re.fullmatch(r"(\d+)x(\d+)", resolution)
@@ -241,6 +245,7 @@ def gpu_plan(
         layerwise_fp8=fp8,
         group_offload=offload,
         vae_tiling=tiling,
+        size=size,
     )
     if as_json:
         sys.stdout.write(json.dumps(found.to_dict(), indent=2) + "\n")

@@ -49,7 +49,7 @@ class Settings:
     attention_backend: str | None
     drift_factor: float
     vae_tiling: bool = False
-    group_offload: str = "off"
+    group_offload: str = "auto"
     layerwise_casting: str = "off"
     text_encoder_device: str = "cpu"
     embedding_cache: str = "store"
@@ -109,7 +109,7 @@ class Settings:
             attention_backend=env.get("FACTORY_ATTENTION_BACKEND") or None,
             drift_factor=_fraction(env, "FACTORY_DRIFT_FACTOR", 0.0),
             vae_tiling=_flag(env, "FACTORY_VAE_TILING"),
-            group_offload=_choice(env, "FACTORY_GROUP_OFFLOAD", ("off", "block", "leaf")),
+            group_offload=_choice(env, "FACTORY_GROUP_OFFLOAD", ("auto", "off", "block", "leaf")),
             layerwise_casting=_choice(env, "FACTORY_LAYERWISE_CASTING", ("off", "fp8")),
             text_encoder_device=env.get("FACTORY_TEXT_ENCODER_DEVICE") or "cpu",
             embedding_cache=_choice(env, "FACTORY_EMBEDDING_CACHE", ("store", "redis", "off")),

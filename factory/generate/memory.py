@@ -23,10 +23,15 @@ def configure_allocator() -> None:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", DEFAULT_ALLOC_CONF)
 
 
+AUTO_OFFLOAD_BELOW = 40 << 30
+
+
 @dataclass(frozen=True)
 class MemoryPolicy:
     vae_tiling: bool = False
-    group_offload: str = "off"  # off | block (one transformer block on the GPU at a time) | leaf
+    # auto (block on a card under 40 GiB, else off) | off | block (one transformer block on
+    # the GPU at a time) | leaf
+    group_offload: str = "auto"
     layerwise_casting: str = "off"  # off | fp8 (weights stored in float8, computed in bf16)
 
     def apply(self, pipe: Any, device: str, dtype: Any) -> None:
@@ -38,12 +43,13 @@ class MemoryPolicy:
             pipe.transformer.enable_layerwise_casting(
                 storage_dtype=torch.float8_e4m3fn, compute_dtype=dtype
             )
-        if self.group_offload != "off":
+        offload = self.offload_on(device)
+        if offload != "off":
             pipe.transformer.enable_group_offload(
                 onload_device=torch.device(device),
                 offload_device=torch.device("cpu"),
-                offload_type="block_level" if self.group_offload == "block" else "leaf_level",
-                **({"num_blocks_per_group": 1} if self.group_offload == "block" else {}),
+                offload_type="block_level" if offload == "block" else "leaf_level",
+                **({"num_blocks_per_group": 1} if offload == "block" else {}),
             )
             pipe.vae.to(device)
         else:
@@ -51,10 +57,22 @@ class MemoryPolicy:
         if self.vae_tiling:
             pipe.vae.enable_tiling()
 
-    def describe(self) -> dict[str, Any]:
+    def offload_on(self, device: str) -> str:
+        """The group offload `auto` means on this device: block level on a CUDA card under
+        AUTO_OFFLOAD_BELOW (a 14B transformer's bf16 weights alone are 28 GiB), else off."""
+        if self.group_offload != "auto":
+            return self.group_offload
+        if not device.startswith("cuda"):
+            return "off"
+        import torch
+
+        total = torch.cuda.get_device_properties(torch.device(device)).total_memory
+        return "block" if total < AUTO_OFFLOAD_BELOW else "off"
+
+    def describe(self, device: str = "cpu") -> dict[str, Any]:
         return {
             "vae_tiling": self.vae_tiling,
-            "group_offload": self.group_offload,
+            "group_offload": self.offload_on(device),
             "layerwise_casting": self.layerwise_casting,
         }
 

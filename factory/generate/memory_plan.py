@@ -57,9 +57,33 @@ REFERENCE: dict[str, dict[str, Any]] = {
         "vae": ("AutoencoderKLLTXVideo", {}),
         "text_encoder": ("T5EncoderModel", dict(vocab_size=32128, **_XXL)),
     },
+    # Helios is 14B (from Wan2.1-T2V-14B: the class's defaults); AnyFlow-FAR 1.3B and 14B.
+    "helios": {
+        "transformer": ("HeliosTransformer3DModel", {}),
+        "vae": ("AutoencoderKLWan", {}),
+        "text_encoder": ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL)),
+    },
+    "anyflow-far": {
+        "transformer": (
+            "AnyFlowFARTransformer3DModel",
+            {k: v for k, v in WAN_13B.items() if k not in ("qk_norm", "rope_max_seq_len")},
+        ),
+        "vae": ("AutoencoderKLWan", {}),
+        "text_encoder": ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL)),
+    },
+}
+# Other sizes of a family's released transformer (`factory gpu plan --size`).
+SIZES: dict[str, dict[str, tuple[str, dict[str, Any]]]] = {
+    "helios": {"14B": REFERENCE["helios"]["transformer"]},
+    "anyflow-far": {
+        "1.3B": REFERENCE["anyflow-far"]["transformer"],
+        "14B": ("AnyFlowFARTransformer3DModel", {}),
+    },
 }
 # diffusers runs Wan-style guidance as two passes and LTX's as one batch of two.
-_GUIDANCE_BATCH = {"skyreels-v2-df": 1, "wan": 1, "ltx-video": 2}
+_GUIDANCE_BATCH = {"skyreels-v2-df": 1, "wan": 1, "ltx-video": 2, "helios": 1, "anyflow-far": 1}
+HELIOS_CALL_LATENTS = 9 + 2 + 0.25 + 0.25  # a chunk, short history + anchor, mid, long
+FAR_FULL_LATENTS = 12  # the newest chunks at full resolution; older ones at a 4x4 patch
 
 
 @dataclass
@@ -94,9 +118,17 @@ class MemoryPlan:
         }
 
 
-def _configs(family: str, model_dir: str | None) -> dict[str, tuple[str, dict[str, Any]]]:
+def _configs(
+    family: str, model_dir: str | None, size: str | None = None
+) -> dict[str, tuple[str, dict[str, Any]]]:
     if model_dir is None:
-        return REFERENCE[family]
+        if size is None:
+            return REFERENCE[family]
+        sizes = SIZES.get(family, {})
+        if size not in sizes:
+            known = ", ".join(sizes) or "only the released size"
+            raise BadInput(f"{family} has no {size!r} (known: {known})", field="--size")
+        return {**REFERENCE[family], "transformer": sizes[size]}
     root = Path(model_dir)
     index_file = root / "model_index.json"
     if not index_file.is_file():
@@ -145,6 +177,7 @@ def plan(
     group_offload: bool = False,
     text_encoder_on_gpu: bool = False,
     vae_tiling: bool = False,
+    size: str | None = None,
 ) -> MemoryPlan:
     if family not in FAMILIES:
         raise BadInput(f"{family!r} is not one of {', '.join(FAMILIES)}", field="--family")
@@ -155,9 +188,9 @@ def plan(
             f"of {fam.size_multiple}",
             field="--resolution",
         )
-    if frames % fam.time_stride != 1:  # what the pipeline will really generate
+    if frames % fam.time_stride != 1 and not fam.carries_latents:  # what the pipeline makes
         frames = (frames // fam.time_stride + 1) * fam.time_stride + 1
-    configs = _configs(family, model_dir)
+    configs = _configs(family, model_dir, size)
     modules = {name: _meta_module(*spec) for name, spec in configs.items()}
     bf16 = 2
     transformer = modules["transformer"]
@@ -166,7 +199,13 @@ def plan(
     spatial = 32 if family == "ltx-video" else 8
     patch = tcfg.get("patch_size", 1)
     patch_h, patch_w = (patch[1], patch[2]) if isinstance(patch, list | tuple) else (patch, patch)
-    tokens = latent_frames * (height // spatial // patch_h) * (width // spatial // patch_w)
+    per_latent = (height // spatial // patch_h) * (width // spatial // patch_w)
+    if family == "helios":  # one chunk at a time with its compressed history
+        latent_frames = HELIOS_CALL_LATENTS
+    elif family == "anyflow-far":  # the checkpoint's window; older chunks compressed
+        window = sum(tcfg.get("chunk_partition") or (1, 3, 3, 3, 3, 3, 3, 2))
+        latent_frames = min(window, FAR_FULL_LATENTS) + max(window - FAR_FULL_LATENTS, 0) / 4
+    tokens = int(latent_frames * per_latent)
     inner = tcfg.get("num_attention_heads", 32) * tcfg.get("attention_head_dim", 64)
     ffn = tcfg.get("ffn_dim") or 4 * inner
     layers = tcfg.get("num_layers", 1)
@@ -211,8 +250,14 @@ def plan(
         channels = vcfg.get("base_dim", 96)
         decoded, live, context_frames = 4, 6, 4
     output = frames * width * height * 3 * 4  # the decoded clip in float32
+    if fam.carries_latents:  # the decode window also re-decodes the context latent frames
+        output += fam.decode_context * fam.time_stride * width * height * 3 * 4
     decode = decoded * pixels * channels * bf16 * live + output
     lines.append(Line("VAE decode", decode, True, "estimate"))
-    context = context_frames * pixels * channels * bf16 * live
-    lines.append(Line("context (tail encode)", context, True, "estimate"))
+    if fam.carries_latents:  # no tail to encode: the carry is a few latent frames
+        carry = 16 * (fam.decode_context + 19) * (height // 8) * (width // 8) * 4
+        lines.append(Line("carry (latents)", carry, True, "estimate"))
+    else:
+        context = context_frames * pixels * channels * bf16 * live
+        lines.append(Line("context (tail encode)", context, True, "estimate"))
     return MemoryPlan(family, width, height, frames, tokens, lines)

@@ -78,7 +78,7 @@ def test_memory_governance_and_the_embedding_cache_from_settings():
     )
     assert (settings.embedding_cache, settings.embedding_cache_bytes) == ("redis", 1 << 20)
     default = Settings.from_env({})
-    assert default.memory_policy.group_offload == "off" and default.embedding_cache == "store"
+    assert default.memory_policy.group_offload == "auto" and default.embedding_cache == "store"
 
 
 def test_s3_settings_from_the_environment(tmp_path: Path):
@@ -174,3 +174,12 @@ def test_confinement_defaults_and_bad_values(tmp_path: Path):
         with pytest.raises(ConfigError) as caught:
             Settings.from_env({"FACTORY_HOME": str(tmp_path), name: value})
         assert caught.value.field == name
+
+
+def test_group_offload_auto_is_off_without_cuda():
+    from factory.generate.memory import MemoryPolicy
+
+    policy = MemoryPolicy()
+    assert policy.group_offload == "auto"
+    assert policy.offload_on("cpu") == "off" and policy.describe("cpu")["group_offload"] == "off"
+    assert MemoryPolicy(group_offload="block").offload_on("cpu") == "block"
