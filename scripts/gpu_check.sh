@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# One prepared GPU check (under 8 minutes on one H200): Wan2.1 1.3B-size random components,
-# a few chained 480p segments per available attention backend, seconds per segment and the
-# GPU memory table, and the node's `nvidia-smi topo -m`. Record the figures in
-# docs/benchmarks.md. `--tiny` runs it on the CPU.
+# One prepared GPU check: Wan2.1 1.3B-size random components, a few chained 480p segments
+# per available attention backend, seconds per segment and the GPU memory table, and the
+# node's `nvidia-smi topo -m` (under 8 minutes on one H200); then the latent families at real
+# size (factory/generate/gpu_check_latent.py, under 7 minutes). Record the figures in
+# docs/benchmarks.md. `--tiny` runs both on the CPU.
 #   bash scripts/gpu_check.sh [--tiny] [--steps N] [--segments N] [--out FILE]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,4 +18,10 @@ if command -v nvidia-smi >/dev/null && [[ " $* " != *" --tiny "* ]]; then
   nvidia-smi -L > "$keep/nvidia-smi-L.txt" || true
   "$PYTHON" -m factory gpu topology --probe --place 1 || true
 fi
-exec timeout 480 "$PYTHON" -m factory.generate.gpu_check "$@"
+timeout 480 "$PYTHON" -m factory.generate.gpu_check "$@"
+# Helios-Distilled 14B and AnyFlow-FAR 1.3B at real size (random weights built in memory):
+# factory frames/s against one bare pipeline call, memory, seams at the joins.
+latent_args=()
+for arg in "$@"; do [[ "$arg" == "--tiny" ]] && latent_args+=(--tiny); done
+exec timeout 420 "$PYTHON" -m factory.generate.gpu_check_latent "${latent_args[@]}" \
+  --out "${OUT:-.}/gpu_check_latent.json"

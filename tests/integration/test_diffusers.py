@@ -291,19 +291,35 @@ def test_the_gpu_check_script_runs_its_tiny_form(tmp_path: Path):
             "2",
             "--out",
             str(out),
-        ]
+        ],
+        env={"OUT": str(tmp_path)},
     )
     assert done.returncode == 0, done.stderr
     assert "s/segment" in done.stdout
     report = json.loads(out.read_text())
     assert [r["backend"] for r in report["results"]] == ["native"]
     assert len(report["results"][0]["segments"]) == 2
+    # The latent families' real-size check, in its tiny form: factory vs bare, seams, per family.
+    latent = json.loads((tmp_path / "gpu_check_latent.json").read_text())
+    assert sorted(latent["families"]) == ["anyflow-far", "helios"]
+    for rows in latent["families"].values():
+        [row] = rows
+        assert row["factory"]["frames"] > 0 and row["bare"]["frames_per_second"] > 0
+        assert len(row["factory"]["joins"]) == 2 and row["factory_over_bare"] > 0
 
 
-def run_cli_script(argv: list[str]):
+def run_cli_script(argv: list[str], env: dict[str, str] | None = None):
+    import os
     import subprocess
 
-    return subprocess.run(argv, capture_output=True, text=True, timeout=300, cwd=REPO)
+    return subprocess.run(
+        argv,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def test_a_missing_model_directory_is_a_clear_error(tmp_path: Path, model_dirs: dict[str, Path]):
