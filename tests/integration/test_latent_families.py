@@ -219,8 +219,9 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
     done_events = [e for e in factory.jobs.events("lat.chain") if e.event == "segment.done"]
     assert all(e.detail["memory"]["device"] == "cpu" for e in done_events)
     report = json.loads(run_cli("gpu", "report", "--json", env=env).stdout)
-    [row] = report["segments"]
-    assert (row["family"], row["segments"]) == (family_of(variant), 4)
+    rows = report["segments"]  # segment 0 is shorter: a row of its own
+    assert {r["family"] for r in rows} == {family_of(variant)}
+    assert sum(r["segments"] for r in rows) == 4
 
 
 def test_a_resumed_job_makes_the_same_frames_through_the_factory(
