@@ -25,16 +25,16 @@ log = logging.getLogger(__name__)
 
 TEXT_COMPONENTS = ("text_encoder", "tokenizer")
 _TOKENIZER_FILES = (".json", ".model", ".txt")
-_WEIGHT_FILES = (".safetensors", ".bin")
 
 loads = 0  # how many times this process loaded a text encoder (tests read it)
 
 
 def text_encoder_identity(path: str) -> str:
-    """What distinguishes one text encoder from another without hashing gigabytes of weights:
-    its config and tokenizer files, and the size and three sampled blocks of every weight
-    file (a fine-tuned encoder of the same shape differs there). Two model directories with
-    the same encoder (Wan and Helios both ship umt5-xxl) have the same identity."""
+    """What distinguishes one text encoder from another without reading gigabytes of weights
+    (nor needing them: a GPU node may hold the directory without them): its config and
+    tokenizer files. Two model directories with the same encoder (Wan and Helios both ship
+    umt5-xxl) have the same identity; a fine-tuned encoder must differ in its config (its
+    `_name_or_path`, for one) to be told apart."""
     root = Path(path)
     check_model_dir(path, TEXT_COMPONENTS)
     digest = hashlib.sha256()
@@ -43,20 +43,7 @@ def text_encoder_identity(path: str) -> str:
             if file.suffix in _TOKENIZER_FILES:
                 digest.update(f"{folder}/{file.name}\0".encode())
                 digest.update(file.read_bytes())
-            elif file.suffix in _WEIGHT_FILES:
-                digest.update(f"{folder}/{file.name}\0".encode())
-                digest.update(_sampled(file))
     return digest.hexdigest()[:32]
-
-
-def _sampled(file: Path, block: int = 1 << 16) -> bytes:
-    size = file.stat().st_size
-    with file.open("rb") as handle:
-        parts = [str(size).encode()]
-        for offset in (0, max(0, size // 2 - block // 2), max(0, size - block)):
-            handle.seek(offset)
-            parts.append(handle.read(block))
-    return b"".join(parts)
 
 
 def text_pipeline_class(path: str, family: Family) -> str:
