@@ -350,3 +350,28 @@ def test_one_cached_embedding_serves_wan_and_helios(tmp_path: Path, model_dirs: 
         )
     assert tensors[0].keys() == tensors[1].keys()
     assert all(torch.equal(tensors[0][k], tensors[1][k]) for k in tensors[0])
+
+
+def test_validate_checks_the_helios_variant_and_its_sizes(
+    tmp_path: Path, model_dirs: dict[str, Path]
+):
+    env = home_env(tmp_path / "home")
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        latent_manifest(model_dirs["helios-distilled"], "helios-distilled").replace(
+            "128x64", "832x480"
+        )
+    )
+    done = run_cli("validate", str(path), env=env)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "videos[0].resolution: 832x480 does not suit Helios distilled (pyramid)" in (
+        done.stderr + done.stdout
+    )
+    path.write_text(latent_manifest(model_dirs["helios-base"], "helios-base").replace(
+        "128x64", "832x480"))  # fmt: skip
+    assert run_cli("validate", str(path), env=env).returncode == 0  # base has no pyramid
+    wan = save_wan_vace(tmp_path / "wan")
+    path.write_text(latent_manifest(wan, "helios-base"))
+    refused = run_cli("validate", str(path), env=env)
+    assert refused.returncode == 2
+    assert "not a Helios pipeline: model_index.json names WanVACEPipeline" in refused.stderr
