@@ -248,18 +248,28 @@ class DiffusersGenerator:
         count = frames_for_model(seg.frames, stride)
         embeds = self._embeddings_on_device(prompt)
         extend = context is not None and seg.context > 0
+
+        def run() -> Any:
+            generator = torch.Generator("cpu").manual_seed(seed)
+            return self._run(seg, count, embeds, context if extend else None, generator)
+
+        video = self._measured(seg, f"{count} frames", seed, run)
+        return self._as_frames(video, seg)[: seg.frames]
+
+    def _measured(self, seg: SegmentSpec, size: str, seed: int, run: Callable[[], Any]) -> Any:
+        """`run()` with its memory measured into `last_memory`, torch's global generator seeded
+        inside a forked RNG state (some steps draw from it: a resumed job must make the same
+        frames), and an out-of-memory error retried once with the cache emptied and VAE
+        tiling on."""
+        import torch
+
         oom_retries = 0
         with memory.measure(self.device) as reading:
             while True:
-                # Some steps (conditioning noise) draw from torch's global generator: seed it
-                # too, inside a forked RNG state, so a resumed job makes exactly the same frames.
                 try:
                     with torch.random.fork_rng(devices=[]), torch.no_grad():
                         torch.manual_seed(seed)
-                        generator = torch.Generator("cpu").manual_seed(seed)
-                        video = self._run(
-                            seg, count, embeds, context if extend else None, generator
-                        )
+                        result = run()
                     break
                 except Exception as error:
                     if not memory.is_out_of_memory(error):
@@ -267,7 +277,7 @@ class DiffusersGenerator:
                     if oom_retries:
                         raise PermanentError(
                             f"{self.name}: out of GPU memory at {seg.width}x{seg.height}, "
-                            f"{count} frames, even after emptying the cache with VAE tiling on; "
+                            f"{size}, even after emptying the cache with VAE tiling on; "
                             "set FACTORY_GROUP_OFFLOAD=block or shorten segment.frames"
                         ) from error
                     oom_retries += 1
@@ -276,11 +286,13 @@ class DiffusersGenerator:
                     self.pipe.vae.enable_tiling()
         reading.extra.update(oom_retries=oom_retries, **self.memory_policy.describe(self.device))
         self.last_memory = reading.to_dict()
+        return result
+
+    def _as_frames(self, video: Any, seg: SegmentSpec) -> Frames:
+        """Checked model output in 0..1 as uint8 frames, C-ordered."""
         video = np.asarray(video, np.float32)
         check_float_output(video, f"{self.name} segment {seg.index}")
-        return np.ascontiguousarray(
-            np.clip(np.rint(video * 255), 0, 255).astype(np.uint8)[: seg.frames]
-        )
+        return np.ascontiguousarray(np.clip(np.rint(video * 255), 0, 255).astype(np.uint8))
 
     def _run(
         self,

@@ -92,7 +92,7 @@ def generator_for(family: str, pipe: Any, device: str, steps: int, backend: str)
     return generator
 
 
-def embeddings(pipe: Any, device: str) -> dict[str, Any]:
+def embeddings(pipe: Any) -> dict[str, Any]:
     import torch
 
     width = pipe.transformer.config.text_dim
@@ -110,7 +110,7 @@ def run_factory(generator: LatentGenerator, args: argparse.Namespace) -> dict[st
     new = fam.chunk_frames * args.chunks
     overlap = fam.segment_overlap
     plans = plan_segments(new * args.segments, new + overlap, overlap, (0,), overlap)
-    prompt = generator.embedding("gpu check", "", embeddings(generator.pipe, args.device))
+    prompt = generator.embedding("gpu check", "", embeddings(generator.pipe))
     carry, tail, written, joins, segments = None, None, [], [], []
     for plan in plans:
         spec = SegmentSpec(plan.index, plan.frames, args.width, args.height, 24,
@@ -148,7 +148,7 @@ def run_factory(generator: LatentGenerator, args: argparse.Namespace) -> dict[st
 def warm_up(generator: LatentGenerator, args: argparse.Namespace) -> None:
     """One chunk first: kernels compiled and caches filled outside the timed runs."""
     fam = family_of(generator.name)
-    prompt = generator.embedding("warm up", "", embeddings(generator.pipe, args.device))
+    prompt = generator.embedding("warm up", "", embeddings(generator.pipe))
     spec = SegmentSpec(0, fam.chunk_frames, args.width, args.height, 24, 0, 0)
     generator.generate_continuing(spec, prompt, None, 1)
 
@@ -159,7 +159,7 @@ def run_bare(generator: LatentGenerator, args: argparse.Namespace, frames: int) 
 
     pipe = generator.pipe
     embeds = {k: v.to(args.device, generator.dtype) for k, v in
-              embeddings(pipe, args.device).items()}  # fmt: skip
+              embeddings(pipe).items()}  # fmt: skip
     chunk = generator.family.chunk_latents
     latents = frames // generator.time_stride
     if generator.name == "helios":

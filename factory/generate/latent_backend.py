@@ -36,10 +36,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from factory.errors import PermanentError
-from factory.generate import memory
 from factory.generate.base import Frames, PromptEmbedding, SegmentSpec
 from factory.generate.diffusers_backend import DiffusersGenerator, _stop_between_steps
-from factory.generate.guard import check_float_output
 from factory.generate.model_dir import PYRAMID_SIZE_MULTIPLE, helios_variant
 
 log = logging.getLogger(__name__)
@@ -118,41 +116,21 @@ class LatentGenerator(DiffusersGenerator):
         state, meta = carry_from_bytes(carry) if carry is not None else ({}, {})
         self._check_carry(seg, meta)
         embeds = self._embeddings_on_device(prompt)
-        oom_retries = 0
-        with memory.measure(self.device) as reading:
-            while True:
-                try:
-                    with torch.random.fork_rng(devices=[]), torch.no_grad():
-                        torch.manual_seed(seed)
-                        started = time.perf_counter()
-                        latents, extra = self._latents(seg, new, embeds, state, seed, reseed)
-                        _synchronize(self.device)
-                        denoised = time.perf_counter()
-                        previous = state.get("latents")
-                        frames = self._decode(seg, previous, latents)
-                        _synchronize(self.device)
-                        decoded = time.perf_counter()
-                    break
-                except Exception as error:
-                    if not memory.is_out_of_memory(error) or oom_retries:
-                        if memory.is_out_of_memory(error):
-                            raise PermanentError(
-                                f"{self.name}: out of GPU memory at {seg.width}x{seg.height}, "
-                                f"{new} latent frames, even after emptying the cache with VAE "
-                                "tiling on; set FACTORY_GROUP_OFFLOAD=block or shorten "
-                                "segment.frames"
-                            ) from error
-                        raise
-                    oom_retries += 1
-                    log.warning("segment.oom_retry", extra={"segment": seg.index})
-                    memory.release_cached(self.device)
-                    self.pipe.vae.enable_tiling()
-        reading.extra.update(oom_retries=oom_retries, **self.memory_policy.describe(self.device))
-        self.last_memory = reading.to_dict()
-        self.last_phases = {
-            "denoise_seconds": round(denoised - started, 4),
-            "decode_seconds": round(decoded - denoised, 4),
-        }
+        previous = state.get("latents")
+        phases: dict[str, Any] = {}
+
+        def run() -> tuple[Any, dict[str, Any], np.ndarray]:
+            started = time.perf_counter()
+            latents, extra = self._latents(seg, new, embeds, state, seed, reseed)
+            _synchronize(self.device)
+            denoised = time.perf_counter()
+            frames = self._decode(seg, previous, latents)
+            _synchronize(self.device)
+            phases["denoise_seconds"] = round(denoised - started, 4)
+            phases["decode_seconds"] = round(time.perf_counter() - denoised, 4)
+            return latents, extra, frames
+
+        latents, extra, frames = self._measured(seg, f"{new} latent frames", seed, run)
         history = latents if previous is None else torch.cat([previous.to(latents), latents], 2)
         keep = max(self.history_latents(new), self.family.decode_context)
         tensors = {"latents": history[:, :, -keep:].float(), **extra}
@@ -166,10 +144,10 @@ class LatentGenerator(DiffusersGenerator):
                 "generated": int(meta.get("generated", 0)) + new,
             },
         )
-        self.last_phases["carry_bytes"] = len(carried)
+        self.last_phases = {**phases, "carry_bytes": len(carried)}
+        assert self.last_memory is not None
         self.last_memory["phases"] = self.last_phases
-        check_float_output(frames, f"{self.name} segment {seg.index}")
-        video = np.ascontiguousarray(np.clip(np.rint(frames * 255), 0, 255).astype(np.uint8))
+        video = self._as_frames(frames, seg)
         if len(video) != seg.frames:
             raise PermanentError(
                 f"{self.name} segment {seg.index}: decoded {len(video)} frames, planned "
