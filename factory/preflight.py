@@ -238,10 +238,10 @@ def _check_model_dirs(
         elif verdict.warning:
             warnings.append(FieldProblem(where, verdict.warning))
         elif family == "helios":
-            problems.extend(_helios_sizes(manifest, path))
+            problems.extend(_helios_sizes(manifest, path, where))
 
 
-def _helios_sizes(manifest: Manifest, path: str) -> list[FieldProblem]:
+def _helios_sizes(manifest: Manifest, path: str, where: str) -> list[FieldProblem]:
     """Helios mid and distilled (pyramid) need sides in multiples of 64: every video of the
     manifest on this directory is checked, naming its resolution."""
     from factory.generate.model_dir import PYRAMID_SIZE_MULTIPLE, ModelDirProblem, helios_variant
@@ -249,11 +249,11 @@ def _helios_sizes(manifest: Manifest, path: str) -> list[FieldProblem]:
     try:
         variant = helios_variant(path)
     except ModelDirProblem as exc:
-        return [FieldProblem(f"{manifest.field(0, 'model')}.path", exc.reason)]
+        return [FieldProblem(where, exc.reason)]
     multiple = PYRAMID_SIZE_MULTIPLE
     found = []
     for index, video in enumerate(manifest.videos):
-        if video.model.path != path or variant == "base":
+        if (video.model.family, video.model.path) != ("helios", path) or variant == "base":
             continue
         if video.width % multiple or video.height % multiple:
             message = (

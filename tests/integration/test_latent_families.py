@@ -374,4 +374,7 @@ def test_validate_checks_the_helios_variant_and_its_sizes(
     path.write_text(latent_manifest(wan, "helios-base"))
     refused = run_cli("validate", str(path), env=env)
     assert refused.returncode == 2
-    assert "not a Helios pipeline: model_index.json names WanVACEPipeline" in refused.stderr
+    assert (
+        "videos[0].model.path: not a Helios pipeline: model_index.json names WanVACEPipeline"
+        in refused.stderr
+    )
