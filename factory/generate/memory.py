@@ -59,7 +59,7 @@ class MemoryPolicy:
 
     def offload_on(self, device: str) -> str:
         """The group offload `auto` means on this device: block level on a CUDA card under
-        AUTO_OFFLOAD_BELOW (a 14B transformer's bf16 weights alone are 28 GiB), else off."""
+        AUTO_OFFLOAD_BELOW (a 14B transformer's bf16 weights alone are 26.7 GiB), else off."""
         if self.group_offload != "auto":
             return self.group_offload
         if not device.startswith("cuda"):
