@@ -90,6 +90,22 @@ class Alerter:
         return self.send({"event": "batch.completed", "batch": batch, "summary": summary,
                           "text": text})  # fmt: skip
 
+    def review_waiting_if_ready(self, batch: str) -> bool:
+        """Once every job of the batch is either waiting for review or finished, say which
+        wait (once per wait: an approval or rejection re-arms it)."""
+        jobs = self.machine.list_jobs(batch=batch)
+        waiting = [j.job_id for j in jobs if j.stage is Stage.REVIEW]
+        if not waiting or not all(j.stage.is_terminal or j.stage.is_parked for j in jobs):
+            return False
+        if not self.machine.mark_review_notified(batch):
+            return False
+        text = (
+            f"factory: batch {batch}: {len(waiting)} video(s) passed QC and wait for review "
+            f"(console: /batches/{batch}; CLI: factory approve JOB / factory reject JOB)"
+        )
+        return self.send({"event": "batch.review_waiting", "batch": batch, "waiting": waiting,
+                          "text": text})  # fmt: skip
+
     # --- how -----------------------------------------------------------------------------
 
     def send(self, payload: dict[str, Any]) -> bool:
@@ -165,10 +181,14 @@ def batch_summary(jobs: list[Job], generated: dict[str, tuple[int, float]]) -> d
 
 def after_terminal(alerts: Alerter | None, job: Job) -> None:
     """What follows a job reaching done, failed or cancelled: its failure alert, and the
-    batch's summary if it was the last one. Never raises."""
-    if alerts is None or not job.stage.is_terminal:
+    batch's summary if it was the last one; a job parked in review: the batch's wait for
+    review once nothing else of it is running. Never raises."""
+    if alerts is None or not (job.stage.is_terminal or job.stage.is_parked):
         return
     try:
+        if job.stage is Stage.REVIEW:
+            alerts.review_waiting_if_ready(job.batch)
+            return
         if job.stage is Stage.FAILED:
             alerts.job_failed(job)
         alerts.batch_done_if_complete(job.batch)

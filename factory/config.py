@@ -17,6 +17,8 @@ from urllib.parse import urlparse
 
 from factory.alerts_settings import WebhookSettings
 from factory.confinement import Confinement, confinement_from_env
+from factory.console_settings import ConsoleSettings
+from factory.console_settings import parse as _console
 from factory.errors import ConfigError
 from factory.generate.memory import MemoryPolicy
 from factory.health_settings import HealthSettings
@@ -76,6 +78,7 @@ class Settings:
     # the rest to its own queue; 0: one segment per task (docs/operations.md)
     gpu_task_seconds: int = 60
     health: HealthSettings = field(default_factory=HealthSettings)  # FACTORY_HEALTH_*
+    console: ConsoleSettings = field(default_factory=ConsoleSettings)  # FACTORY_CONSOLE_*
     # allowed roots for file:// assets and model directories, allowed s3:// buckets
     confinement: Confinement = field(default_factory=Confinement)
 
@@ -135,6 +138,7 @@ class Settings:
             keep_intermediates=_keep_intermediates(env),
             gpu_task_seconds=_whole(env, "FACTORY_GPU_TASK_SECONDS", 60),
             health=_health(env),
+            console=_console(env),
             confinement=confinement_from_env(env, home, _store_bucket(store_url)),
             **_nodes(env),
         )

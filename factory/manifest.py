@@ -238,6 +238,8 @@ class VideoEntry(VideoSettings):
 
 class ManifestDocument(_Strict):
     batch: SafeId
+    # `required`: every QC-passed video waits in the review stage until approved (console.md)
+    review: Literal["required", "none"] = "none"
     defaults: VideoSettings = VideoSettings()
     videos: list[Any] = Field(min_length=1, max_length=MAX_VIDEOS)  # each one validated alone
 
@@ -261,6 +263,7 @@ class Manifest:
     videos: tuple[VideoSpec, ...]
     # per video, where each merged setting came from: {"audio": "defaults.audio", ...}
     origins: tuple[dict[str, str], ...] = ()
+    review: bool = False  # `review: required`
 
     def field(self, index: int, name: str) -> str:
         """The manifest path of a video's setting, e.g. `videos[3].audio` or `defaults.audio`."""
@@ -335,6 +338,7 @@ def parse_manifest_data(
         batch=document.batch,
         videos=tuple(v for v in videos if v),
         origins=tuple(origins),
+        review=document.review == "required",
     )
 
 

@@ -62,6 +62,7 @@ def check(
     confinement: Confinement,
     s3: S3Settings | None = None,
     base_dir: Path | None = None,
+    allow_local: bool = True,
 ) -> Preflight:
     """Check every asset and model directory of the manifest; raise ManifestError (exit 2)
     naming each bad field, or StoreUnreachable (exit 1). Nothing is written."""
@@ -72,7 +73,13 @@ def check(
     uploads: dict[str, Path] = {}
     remote: dict[str, list[str]] = {}  # reference -> fields naming it
     for reference in _references(manifest):
-        if is_local_path(reference.value):
+        if is_local_path(reference.value) and not allow_local:
+            # A manifest sent over the API has no folder: nothing on the server is read.
+            problems.append(FieldProblem(reference.field, (
+                f"{reference.value} is a file beside the manifest, which a manifest sent over "
+                "the API does not have; put it in the store (factory store put FILE KEY) and "
+                "name its key")))  # fmt: skip
+        elif is_local_path(reference.value):
             if reference.value not in local_keys:
                 checked = _local_file(base, reference, problems)
                 if checked is not None:

@@ -104,6 +104,9 @@ def summary_table(jobs: list[Job], seconds: dict[str, float]) -> Table:
             outputs = p.get("deliver", {}).get("outputs", {})
             detail = ", ".join(sorted(outputs))
             result = "[green]done[/green]"
+        elif job.stage is Stage.REVIEW:
+            detail = f"QC passed; `factory approve {job.job_id}` or the console delivers it"
+            result = "[yellow]review[/yellow]"
         else:
             error = job.last_error or {}
             where = job.stopped_stage.value if job.stopped_stage else job.stage.value

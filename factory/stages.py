@@ -2,7 +2,10 @@
 
 ``queued → generate → encode → mux → qc → deliver → done``; ``failed`` and ``cancelled``
 are terminal. ``qc → generate`` is the quality gate sending a bad seam back for
-regeneration. The state machine in ``factory.db.state`` is the only writer of a job's stage.
+regeneration. A batch that requires review goes ``qc → review → deliver``: ``review`` is
+parked (no worker holds it, the sweeper leaves it) until a person approves (``deliver``) or
+sends it back (``failed``, requeueable). The state machine in ``factory.db.state`` is the
+only writer of a job's stage.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ class Stage(StrEnum):
     ENCODE = "encode"
     MUX = "mux"
     QC = "qc"
+    REVIEW = "review"
     DELIVER = "deliver"
     DONE = "done"
     FAILED = "failed"
@@ -28,6 +32,10 @@ class Stage(StrEnum):
     def is_terminal(self) -> bool:
         return self in TERMINAL
 
+    @property
+    def is_parked(self) -> bool:
+        return self in PARKED
+
 
 PIPELINE: tuple[Stage, ...] = (
     Stage.QUEUED,
@@ -35,16 +43,19 @@ PIPELINE: tuple[Stage, ...] = (
     Stage.ENCODE,
     Stage.MUX,
     Stage.QC,
+    Stage.REVIEW,
     Stage.DELIVER,
     Stage.DONE,
 )
 TERMINAL = frozenset({Stage.DONE, Stage.FAILED, Stage.CANCELLED})
-ACTIVE = tuple(s for s in PIPELINE if s not in TERMINAL)
-REQUEUE_TARGETS = ACTIVE  # a requeue restarts the job at one of these
+# Waiting for a person: not terminal, but no worker claims it and the sweeper leaves it.
+PARKED = frozenset({Stage.REVIEW})
+ACTIVE = tuple(s for s in PIPELINE if s not in TERMINAL and s not in PARKED)
+REQUEUE_TARGETS = tuple(s for s in PIPELINE if s not in TERMINAL)  # a requeue restarts here
 
 # Transitions a worker may make, besides `failed` and `cancelled` from any active stage.
 _FORWARD = dict(itertools.pairwise(PIPELINE))
-_EXTRA = {(Stage.QC, Stage.GENERATE)}
+_EXTRA = {(Stage.QC, Stage.GENERATE), (Stage.QC, Stage.DELIVER)}  # deliver: no review
 
 
 def is_legal(current: Stage, target: Stage) -> bool:
@@ -70,6 +81,7 @@ STAGE_KEYS: dict[Stage, tuple[str, ...]] = {
     Stage.ENCODE: ("encode",),
     Stage.MUX: ("mux",),
     Stage.QC: ("qc",),
+    Stage.REVIEW: ("review",),
     Stage.DELIVER: ("deliver",),
 }
 

@@ -17,9 +17,18 @@ class Submitted:
     fast_path: bool  # answered from the Redis tokens and a read, without a write transaction
 
 
-def submit(manifest: Manifest, machine: JobStateMachine, tokens: SubmitTokens | None) -> Submitted:
+def submit(
+    manifest: Manifest,
+    machine: JobStateMachine,
+    tokens: SubmitTokens | None,
+    *,
+    review_required: bool = False,
+    actor: str = "",
+) -> Submitted:
     """Create the manifest's jobs. Files named beside the manifest must have been put into the
-    store first (`factory.preflight`): a job never refers to a path on the submitting host."""
+    store first (`factory.preflight`): a job never refers to a path on the submitting host.
+    A new batch requires review if its manifest says `review: required` or the setting
+    FACTORY_REVIEW does (``review_required``); an existing batch keeps what it had."""
     for index, video in enumerate(manifest.videos):
         local = [asset for asset in video.assets if is_local_path(asset)]
         if local:
@@ -36,7 +45,13 @@ def submit(manifest: Manifest, machine: JobStateMachine, tokens: SubmitTokens | 
             return Submitted(jobs=[found[j] for j in hashes], created=[], fast_path=True)
     try:
         with machine.database.transaction() as conn:
-            results = machine.create(conn, manifest.source, manifest.videos)
+            results = machine.create(
+                conn,
+                manifest.source,
+                manifest.videos,
+                review=manifest.review or review_required,
+                actor=actor,
+            )
             for index, result in enumerate(results):
                 if not result.created and result.job.spec_sha256 != hashes[result.job.job_id]:
                     raise SpecConflict(result.job.job_id, f"videos[{index}]")

@@ -21,6 +21,7 @@ from sqlalchemy import (
     Table,
     Text,
     TypeDecorator,
+    false,
 )
 from sqlalchemy.dialects.postgresql import JSONB
 
@@ -108,6 +109,9 @@ batches = Table(
     Column("source", Text, nullable=False),  # the manifest path it was first submitted from
     Column("created_at", UtcDateTime, nullable=False),
     Column("notified_at", UtcDateTime, nullable=True),  # the batch-completion alert went out
+    # `review: required`: QC-passed jobs wait in `review` until a person approves them
+    Column("review", Boolean, nullable=False, default=False, server_default=false()),
+    Column("review_notified_at", UtcDateTime, nullable=True),  # the waiting-for-review alert
 )
 
 jobs = Table(
@@ -196,6 +200,37 @@ gpu_nodes = Table(
     Column("topology", Json, nullable=False),  # factory.generate.topology.Topology.to_dict()
     Column("queues", Json, nullable=False),  # {"0": "gpu.<host>.0", …}
     Column("recorded_at", UtcDateTime, nullable=False),
+)
+
+
+ROLES = ("viewer", "operator", "admin")
+ROLES_SQL = ", ".join(f"'{r}'" for r in ROLES)
+
+# Access to the HTTP API and the console (factory.access): only a token's SHA-256 is kept.
+api_tokens = Table(
+    "api_tokens",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False, unique=True),
+    Column("role", String(16), nullable=False),
+    Column("token_sha256", String(64), nullable=False, unique=True),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("last_used_at", UtcDateTime, nullable=True),
+    Column("revoked_at", UtcDateTime, nullable=True),
+    CheckConstraint(f"role IN ({ROLES_SQL})", name="role"),
+)
+
+# A console sign-in: the cookie holds the session's secret, the row its SHA-256, the token it
+# came from (revoking the token ends its sessions at once) and the form (CSRF) secret.
+console_sessions = Table(
+    "console_sessions",
+    metadata,
+    Column("session_sha256", String(64), primary_key=True),
+    Column("token_id", Integer, ForeignKey("api_tokens.id", ondelete="CASCADE"), nullable=False),
+    Column("csrf", String(64), nullable=False),
+    Column("created_at", UtcDateTime, nullable=False),
+    Column("expires_at", UtcDateTime, nullable=False),
+    Index("ix_console_sessions_token_id", "token_id"),
 )
 
 

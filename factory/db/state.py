@@ -25,7 +25,13 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from factory.db.models import batches, job_events, job_segments, jobs, utcnow
 from factory.db.session import Database
-from factory.errors import IllegalTransition, InvalidOperation, NoSuchJob, StaleAttempt
+from factory.errors import (
+    BadInput,
+    IllegalTransition,
+    InvalidOperation,
+    NoSuchJob,
+    StaleAttempt,
+)
 from factory.manifest import StoredSpecError, revalidated_spec
 from factory.plan import segment_count
 from factory.redact import redact, redact_value
@@ -224,7 +230,15 @@ class JobStateMachine:
 
     # --- creating ----------------------------------------------------------------
 
-    def create(self, conn: Connection, source: str, videos: Iterable[VideoSpec]) -> list[Created]:
+    def create(
+        self,
+        conn: Connection,
+        source: str,
+        videos: Iterable[VideoSpec],
+        *,
+        review: bool = False,
+        actor: str = "",
+    ) -> list[Created]:
         """Insert the batch and its jobs at `queued` inside the caller's transaction.
 
         Rows that already exist are left alone (``INSERT … ON CONFLICT DO NOTHING``, so
@@ -237,7 +251,7 @@ class JobStateMachine:
         for batch_name in dict.fromkeys(v.batch for v in videos):
             conn.execute(
                 insert_for(batches)
-                .values(batch=batch_name, source=source, created_at=now)
+                .values(batch=batch_name, source=source, created_at=now, review=review)
                 .on_conflict_do_nothing(index_elements=["batch"])
             )
         created: list[Created] = []
@@ -276,7 +290,12 @@ class JobStateMachine:
                     "submitted",
                     0,
                     trace_id,
-                    {"source": source, "frames_total": frames, "segments_total": segments},
+                    {
+                        "source": source,
+                        "frames_total": frames,
+                        "segments_total": segments,
+                        **_by(actor),
+                    },
                 )
             job = self._read(conn, video.job_id)
             created.append(Created(job=job, created=inserted is not None))
@@ -671,7 +690,7 @@ class JobStateMachine:
 
     # --- operator actions (fence out whoever holds the job) -------------------------
 
-    def cancel(self, job_id: str, *, reason: str = "") -> Job:
+    def cancel(self, job_id: str, *, reason: str = "", actor: str = "") -> Job:
         with self.database.transaction() as conn:
             job = self._read(conn, job_id, lock=True)
             if job.stage.is_terminal:
@@ -698,11 +717,11 @@ class JobStateMachine:
                 "cancelled",
                 job.attempt + 1,
                 job.trace_id,
-                {"from": job.stage.value, "reason": reason},
+                {"from": job.stage.value, "reason": reason, **_by(actor)},
             )
             return self._read(conn, job_id)
 
-    def requeue(self, job_id: str, *, from_stage: Stage | None = None) -> Job:
+    def requeue(self, job_id: str, *, from_stage: Stage | None = None, actor: str = "") -> Job:
         """Put the job back to work.
 
         Without ``from_stage``: continue where it stopped, keeping all recorded progress
@@ -765,8 +784,86 @@ class JobStateMachine:
                 "requeued",
                 job.attempt + 1,
                 job.trace_id,
-                {"from": job.stage.value, "to": target.value, "reset": from_stage is not None},
+                {"from": job.stage.value, "to": target.value, "reset": from_stage is not None,
+                 **_by(actor)},
+            )  # fmt: skip
+            return self._read(conn, job_id)
+
+    # --- review (a batch with `review: required`) -----------------------------------
+
+    def requires_review(self, batch: str) -> bool:
+        with self.database.transaction() as conn:
+            found = conn.execute(select(batches.c.review).where(batches.c.batch == batch))
+            return bool(found.scalar())
+
+    def mark_review_notified(self, batch: str) -> bool:
+        """Compare-and-set of `batches.review_notified_at`: True for the one caller that sets
+        it; cleared again when a job of the batch is approved or sent back, so the next wait
+        is announced too."""
+        with self.database.transaction() as conn:
+            done = conn.execute(
+                update(batches)
+                .where(batches.c.batch == batch, batches.c.review_notified_at.is_(None))
+                .values(review_notified_at=self.now(conn))
             )
+            return done.rowcount == 1
+
+    def approve(self, job_id: str, *, actor: str, note: str = "") -> Job:
+        """A job waiting for review goes on to delivery (unclaimed: whoever dispatches it, or
+        the sweeper after FACTORY_STALE_AFTER, runs the deliver stage)."""
+        return self._decide(job_id, actor=actor, approved=True, text=note)
+
+    def reject(self, job_id: str, *, actor: str, reason: str) -> Job:
+        """Send a job waiting for review back: `failed` in review, with the reason as its error
+        (`factory status` shows it); `requeue --from STAGE` makes it again, plain `requeue`
+        puts the same files up for review again."""
+        if not reason.strip():
+            raise BadInput("say why the video is sent back", field="reason")
+        return self._decide(job_id, actor=actor, approved=False, text=reason.strip())
+
+    def _decide(self, job_id: str, *, actor: str, approved: bool, text: str) -> Job:
+        verb = "approved" if approved else "rejected"
+        with self.database.transaction() as conn:
+            job = self._read(conn, job_id, lock=True)
+            if job.stage is not Stage.REVIEW:
+                raise InvalidOperation(
+                    f"job {job_id} is {job.stage.value}, not waiting for review; "
+                    f"only a job in review can be {verb}",
+                    field="job",
+                )
+            now = self.now(conn)
+            target = Stage.DELIVER if approved else Stage.FAILED
+            decision = {"decision": verb, "by": actor, "at": now.isoformat()}
+            decision["note" if approved else "reason"] = text
+            progress = {**_with_timing(job.progress, job.stage, target, now), "review": decision}
+            values: dict[str, Any] = {
+                "stage": target.value,
+                "progress": progress,
+                "attempt": job.attempt + 1,
+                "claimed_by": None,
+                "heartbeat_at": None,
+                "updated_at": now,
+            }
+            if not approved:
+                values["stopped_stage"] = Stage.REVIEW.value
+                values["last_error"] = {
+                    "stage": Stage.REVIEW.value,
+                    "kind": "Rejected",
+                    "message": f"sent back by {actor}: {text}",
+                    "at": now.isoformat(),
+                    "attempt": job.attempt,
+                }
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.attempt == job.attempt)
+                .values(**values)
+            )
+            conn.execute(
+                update(batches).where(batches.c.batch == job.batch).values(review_notified_at=None)
+            )
+            detail = {"from": Stage.REVIEW.value, **_by(actor)}
+            detail["note" if approved else "reason"] = text
+            self._event(conn, job_id, target, verb, job.attempt + 1, job.trace_id, detail)
             return self._read(conn, job_id)
 
     # --- retention (`factory gc`) ---------------------------------------------------
@@ -872,6 +969,10 @@ class JobStateMachine:
                 trace_id=trace_id,
             )
         )
+
+
+def _by(actor: str) -> dict[str, str]:
+    return {"actor": actor} if actor else {}
 
 
 def _json_or_none(value: Any) -> str | None:

@@ -121,7 +121,9 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
     if not document["passed"]:
         metrics.qc_failed([failure["check"] for failure in document["failures"]])
         raise QualityGateFailed(summary["failures"])
-    return ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.DELIVER)
+    # A batch that requires review waits for a person before anything is published.
+    after = Stage.REVIEW if ctx.machine.requires_review(job.batch) else Stage.DELIVER
+    return ctx.machine.transition(job.job_id, attempt=job.attempt, to=after)
 
 
 def as_delivered(

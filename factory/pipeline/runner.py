@@ -46,7 +46,7 @@ def run_job(
     ctx: StageContext, job_id: str, *, worker: str, observer: Observer | None = None
 ) -> Job:
     job = ctx.machine.get(job_id)
-    if job.stage.is_terminal:
+    if job.stage.is_terminal or job.stage.is_parked:
         return job
     job = ctx.machine.claim(job_id, seen_attempt=job.attempt, worker=worker)
     encoder = ChunkEncoder(ctx)
@@ -63,7 +63,7 @@ def run_job(
                      stale_after=ctx.stale_after)  # fmt: skip
     try:
         with beat:
-            while not job.stage.is_terminal:
+            while not (job.stage.is_terminal or job.stage.is_parked):
                 if job.stage is Stage.ENCODE:
                     encoder.drain()  # chunks encoded during generation are recorded by now
                     job = ctx.machine.get(job_id)
@@ -80,7 +80,7 @@ def run_job(
         encoder.close()
     if observer:
         observer.stage_changed(job)
-    after_terminal(ctx.alerts, job)
+    after_terminal(ctx.alerts, job)  # a job parked in review may complete the batch's wait
     return job
 
 

@@ -8,8 +8,14 @@ Create Date: 2026-11-29
 import sqlalchemy as sa
 from alembic import op
 
-from factory.db.models import STAGES_SQL, Json, UtcDateTime
+from factory.db.models import Json, UtcDateTime
 
+# The stages as they were at 0001 (0006 adds `review`); frozen so that this revision
+# always creates the same schema.
+STAGES_SQL = ", ".join(
+    f"'{s}'"
+    for s in ("queued", "generate", "encode", "mux", "qc", "deliver", "done", "failed", "cancelled")
+)
 revision = "0001"
 down_revision = None
 branch_labels = None

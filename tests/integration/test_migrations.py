@@ -12,7 +12,8 @@ from factory.db.models import metadata
 from factory.db.session import Database
 from factory.errors import SchemaNotReady
 
-TABLES = {"batches", "jobs", "job_events", "job_segments", "prompt_embeddings", "gpu_nodes"}
+TABLES = {"batches", "jobs", "job_events", "job_segments", "prompt_embeddings", "gpu_nodes",
+          "api_tokens", "console_sessions"}  # fmt: skip
 
 
 def tables(database: Database) -> set[str]:
@@ -105,4 +106,38 @@ def test_0005_moves_per_segment_records_out_of_progress_and_back(any_url: str):
     restored = json.loads(raw) if isinstance(raw, str) else raw
     for key in ("segment_seconds", "segment_attempts", "colour", "seams"):
         assert restored[key] == LEGACY_PROGRESS[key], key
+    database.dispose()
+
+
+def test_0006_adds_review_and_downgrades_a_job_in_review_to_qc(any_url: str):
+    """Before 0006 a stage `review` is refused by the database; after it, allowed; a downgrade
+    puts jobs waiting for review back at qc (they passed it) instead of failing."""
+    from sqlalchemy.exc import IntegrityError
+
+    database = Database(any_url)
+    migrate.upgrade(database, "0005")
+    insert = text(
+        "INSERT INTO jobs (job_id, batch, spec, spec_sha256, stage, progress, attempt, "
+        "recoveries, trace_id, created_at, updated_at) VALUES (:id, 'old', '{}', 'x', :stage, "
+        "'{\"segments\": []}', 1, 0, 't', '2026-12-01 00:00:00+00', '2026-12-01 00:00:00+00')"
+    )
+    with database.transaction() as conn:
+        conn.execute(text("INSERT INTO batches (batch, source, created_at) "
+                          "VALUES ('old', 'm.yaml', '2026-12-01 00:00:00+00')"))  # fmt: skip
+        conn.execute(insert, {"id": "old.q", "stage": "qc"})  # rows that refer to the tables
+        conn.execute(text("INSERT INTO job_events (job_id, at, stage, event, attempt, detail, "
+                          "trace_id) VALUES ('old.q', '2026-12-01 00:00:00+00', 'qc', 'x', 1, "
+                          "'{}', 't')"))  # fmt: skip
+    with pytest.raises(IntegrityError), database.transaction() as conn:
+        conn.execute(insert, {"id": "old.early", "stage": "review"})
+    migrate.upgrade(database)
+    with database.transaction() as conn:
+        conn.execute(insert, {"id": "old.r", "stage": "review"})
+        assert conn.execute(text("SELECT review FROM batches")).scalar_one() in (False, 0)
+    migrate.downgrade(database, "0005")
+    with database.transaction() as conn:
+        stages = conn.execute(text("SELECT job_id, stage FROM jobs ORDER BY job_id")).all()
+        assert [tuple(r) for r in stages] == [("old.q", "qc"), ("old.r", "qc")]
+        assert conn.execute(text("SELECT count(*) FROM job_events")).scalar_one() == 1
+    assert "api_tokens" not in tables(database)
     database.dispose()

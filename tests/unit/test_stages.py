@@ -15,9 +15,11 @@ EXPECTED_LEGAL = {
     ("qc", "deliver"),
     ("deliver", "done"),
     ("qc", "generate"),
+    ("qc", "review"),  # a batch that requires review
+    ("review", "deliver"),  # approved (rejected: failed)
 } | {
     (s, t)
-    for s in ("queued", "generate", "encode", "mux", "qc", "deliver")
+    for s in ("queued", "generate", "encode", "mux", "qc", "review", "deliver")
     for t in ("failed", "cancelled")
 }
 
@@ -25,6 +27,14 @@ EXPECTED_LEGAL = {
 @pytest.mark.parametrize(("current", "target"), list(itertools.product(Stage, Stage)))
 def test_transition_table(current: Stage, target: Stage):
     assert is_legal(current, target) == ((current.value, target.value) in EXPECTED_LEGAL)
+
+
+def test_review_is_parked_neither_worked_nor_terminal():
+    from factory.stages import ACTIVE, REQUEUE_TARGETS
+
+    assert Stage.REVIEW.is_parked and not Stage.REVIEW.is_terminal
+    assert Stage.REVIEW not in ACTIVE  # no worker claims it, the sweeper leaves it
+    assert Stage.REVIEW in REQUEUE_TARGETS  # `requeue --from review`: up for review again
 
 
 def test_terminal_stages_lead_nowhere():

@@ -1,0 +1,71 @@
+"""The operations console and HTTP API (`factory serve`, FACTORY_CONSOLE_*, FACTORY_REVIEW);
+read by factory.config, used by factory.web (docs/console.md)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from factory.errors import ConfigError
+
+_WINDOW = re.compile(r"([01]?\d|2[0-3]):[0-5]\d-([01]?\d|2[0-3]):[0-5]\d")
+
+
+@dataclass(frozen=True)
+class ConsoleSettings:
+    review_required: bool = False  # FACTORY_REVIEW=required: every batch waits for approval
+    session_hours: float = 12.0  # a console sign-in lasts this long
+    # Secure cookies: `auto` sets the flag when the request came over TLS (the gateway says so
+    # in X-Forwarded-Proto, trusted from FACTORY_CONSOLE_TRUSTED_PROXIES only).
+    secure_cookies: str = "auto"
+    trusted_proxies: str = "127.0.0.1"
+    signin_attempts: int = 5  # failed sign-ins per client per minute before a wait
+    live_every: float = 1.0  # seconds between the shared reads behind live pages
+    page_size: int = 100  # jobs per page (API default, the batch grid)
+    gpus: int = 1  # GPUs the batch ETA schedules onto (FACTORY_CONSOLE_GPUS)
+    window: str | None = None  # the night's window, HH:MM-HH:MM, that ETAs are shown against
+
+
+def parse(env: Mapping[str, str]) -> ConsoleSettings:
+    review = (env.get("FACTORY_REVIEW") or "none").strip()
+    if review not in ("required", "none"):
+        raise ConfigError(f"must be required or none, got {review!r}", field="FACTORY_REVIEW")
+    secure = (env.get("FACTORY_CONSOLE_SECURE_COOKIES") or "auto").strip()
+    if secure not in ("auto", "always", "never"):
+        raise ConfigError(
+            f"must be auto, always or never, got {secure!r}", field="FACTORY_CONSOLE_SECURE_COOKIES"
+        )
+    return ConsoleSettings(
+        review_required=review == "required",
+        session_hours=_number(env, "FACTORY_CONSOLE_SESSION_HOURS", 12.0, low=0.01, high=24 * 30),
+        secure_cookies=secure,
+        trusted_proxies=(env.get("FACTORY_CONSOLE_TRUSTED_PROXIES") or "127.0.0.1").strip(),
+        signin_attempts=int(_number(env, "FACTORY_CONSOLE_SIGNIN_ATTEMPTS", 5, low=1, high=1000)),
+        live_every=_number(env, "FACTORY_CONSOLE_LIVE_EVERY", 1.0, low=0.1, high=60),
+        page_size=int(_number(env, "FACTORY_CONSOLE_PAGE_SIZE", 100, low=10, high=1000)),
+        gpus=int(_number(env, "FACTORY_CONSOLE_GPUS", 1, low=1, high=10_000)),
+        window=_window(env),
+    )
+
+
+def _window(env: Mapping[str, str]) -> str | None:
+    raw = (env.get("FACTORY_CONSOLE_WINDOW") or "").strip()
+    if not raw:
+        return None
+    if not _WINDOW.fullmatch(raw):
+        raise ConfigError(f"must be HH:MM-HH:MM, got {raw!r}", field="FACTORY_CONSOLE_WINDOW")
+    return raw
+
+
+def _number(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:
+    raw = (env.get(name) or "").strip()
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"must be a number, got {raw!r}", field=name) from None
+    if not low <= value <= high:
+        raise ConfigError(f"must be from {low:g} to {high:g}, got {raw}", field=name)
+    return value
