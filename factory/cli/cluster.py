@@ -92,7 +92,7 @@ def worker(
     settings = Settings.from_env()
     base = _celery_base(settings)
     if gpus is not None:
-        from factory.cli_topology import run_gpu_pool
+        from factory.cli.topology import run_gpu_pool
 
         if cpus:
             raise BadInput(

@@ -12,6 +12,7 @@ import os
 import socket
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -20,24 +21,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from factory import (
-    __version__,
-    cli_cluster,
-    cli_forecast,
-    cli_gc,
-    cli_gpu,
-    cli_qc,
-    cli_topology,
-    preflight,
-)
-from factory.alerts import after_terminal, open_alerter
+from factory import __version__, preflight
 from factory.app import Factory
+from factory.cli import cluster as cli_cluster
+from factory.cli import forecast as cli_forecast
+from factory.cli import gc as cli_gc
+from factory.cli import gpu as cli_gpu
+from factory.cli import qc as cli_qc
+from factory.cli import serve as cli_serve
+from factory.cli import topology as cli_topology
 from factory.config import Settings
 from factory.db import migrate
 from factory.db.session import Database
-from factory.db.state import Event, Job, SegmentRecord
+from factory.db.state import Job, SegmentRecord
 from factory.errors import BadInput, FactoryError
 from factory.manifest import Manifest, load_manifest
+from factory.ops import Operations, event_dict, job_summary, local_actor
 from factory.pipeline.context import StageContext
 from factory.pipeline.runner import run_job
 from factory.retention import gc_note
@@ -45,7 +44,6 @@ from factory.runview import RunDisplay, summary_table
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.store import S3Settings, open_store
 from factory.submit import Submitted
-from factory.submit import submit as submit_manifest
 
 try:  # typer >= 0.2x carries its own copy of click
     from typer.exceptions import TyperException as _CommandLineError
@@ -82,6 +80,18 @@ def _root(
 
 def _factory() -> Factory:
     return Factory.open(Settings.from_env())
+
+
+def _ops() -> Operations:
+    """The operations layer (factory.ops), sending work to the broker with a warning, not a
+    failure, when it is away (the sweeper sends it later)."""
+    return Operations(_factory(), dispatcher=_dispatcher())
+
+
+def _dispatcher() -> Callable[[list[Job]], None] | None:
+    if not Settings.from_env().broker_url:
+        return None
+    return lambda found: _dispatch(found, "recorded")
 
 
 # --- db ------------------------------------------------------------------------------
@@ -161,15 +171,15 @@ def _preflight(manifest: Path, batch: str | None) -> preflight.Preflight:
     return checked
 
 
-def _submit_checked(manifest: Path, batch: str | None) -> tuple[Factory, Manifest, Submitted]:
-    """Check, put the manifest's local files into the store, then create the jobs."""
+def _submit_checked(
+    manifest: Path, batch: str | None, *, send: bool = True
+) -> tuple[Factory, Manifest, Submitted]:
+    """Check, put the manifest's local files into the store, then create the jobs (and send
+    them to the workers when there is a broker and ``send``)."""
     checked = _preflight(manifest, batch)
     factory = _factory()
-    if checked.uploads:
-        settings = factory.settings
-        preflight.upload(checked, open_store(settings.store_url, settings.s3))
-    parsed = checked.manifest
-    return factory, parsed, submit_manifest(parsed, factory.jobs, factory.tokens)
+    ops = Operations(factory, dispatcher=_dispatcher() if send else lambda found: None)
+    return factory, checked.manifest, ops.submit_checked(checked, actor=local_actor())
 
 
 @app.command()
@@ -182,10 +192,8 @@ def submit(
 ) -> None:
     """Validate a manifest, check its assets and models, put its local files into the store
     and create one job per video (a resubmission creates nothing)."""
-    factory, parsed, result = _submit_checked(manifest, batch)
+    _, parsed, result = _submit_checked(manifest, batch)
     created = set(result.created)
-    if factory.settings.broker_url and created:
-        _dispatch([j for j in result.jobs if j.job_id in created], "jobs created")
     if as_json:
         _print_json(
             [
@@ -220,7 +228,7 @@ def run(
 
     Exits 1 if any job did not finish; `factory requeue` and a second `factory run` continue.
     """
-    factory, parsed, submitted = _submit_checked(manifest, batch)
+    factory, parsed, submitted = _submit_checked(manifest, batch, send=False)
     settings = factory.settings
     ctx = StageContext.from_settings(
         settings, factory.jobs, factory.database, stitch_strength=stitch_strength
@@ -233,12 +241,18 @@ def run(
             finished.append(run_job(ctx, job.job_id, worker=worker, observer=display))
             seconds[job.job_id] = time.monotonic() - started
     out.print(summary_table(finished, seconds))
-    failed = [j for j in finished if j.stage is not Stage.DONE]
+    waiting = [j for j in finished if j.stage is Stage.REVIEW]
+    failed = [j for j in finished if j.stage not in (Stage.DONE, Stage.REVIEW)]
     store_root = settings.store_url
     out.print(
-        f"{len(finished) - len(failed)} of {len(finished)} videos delivered to "
+        f"{len(finished) - len(failed) - len(waiting)} of {len(finished)} videos delivered to "
         f"{store_root}/{parsed.batch}/"
     )
+    if waiting:
+        out.print(
+            f"{len(waiting)} passed QC and wait for review (batch {parsed.batch} requires it): "
+            "`factory approve JOB` delivers one, `factory reject JOB --reason TEXT` sends it back"
+        )
     if failed:
         err.print(
             f"{len(failed)} job(s) did not finish: `factory status JOB` says why, "
@@ -290,7 +304,7 @@ def jobs(
     wanted = _stage(stage, "--stage") if stage else None
     found = _factory().jobs.list_jobs(batch=batch, stage=wanted, limit=limit)
     if as_json:
-        _print_json([_job_summary(j) for j in found])
+        _print_json([job_summary(j) for j in found])
         return
     table = Table("JOB", "STAGE", "SEGMENTS", "ATTEMPT", "UPDATED", "ERROR")
     for job in found:
@@ -319,17 +333,17 @@ def status(
     as_json: bool = JsonOption,
 ) -> None:
     """Everything about one job: stage, progress, attempt, outputs, QC, last error."""
-    machine = _factory().jobs
-    job = machine.get(job_id)
-    made = machine.segments(job_id)
+    view = Operations(_factory()).job_view(job_id)
+    job, made = view.job, view.segments
     if as_json:
         _print_json(
-            _job_summary(job)
+            job_summary(job)
             | {
                 "spec": job.spec,
                 "trace_id": job.trace_id,
                 "claimed_by": job.claimed_by,
                 "recoveries": job.recoveries,
+                "review": job.progress.get("review"),
                 "segments_made": [
                     {k: v for k, v in dataclasses.asdict(r).items() if v is not None}
                     for r in made.values()
@@ -347,9 +361,9 @@ def events(
     as_json: bool = JsonOption,
 ) -> None:
     """The job's timeline: every transition, claim, checkpoint and operator action."""
-    timeline = _factory().jobs.events(job_id)
+    timeline = Operations(_factory()).events(job_id)
     if as_json:
-        _print_json([_event_dict(e) for e in timeline])
+        _print_json([event_dict(e) for e in timeline])
         return
     table = Table("AT", "STAGE", "EVENT", "ATTEMPT", "DETAIL")
     for e in timeline:
@@ -381,13 +395,11 @@ def requeue(
 ) -> None:
     """Put a failed, cancelled, stuck or finished job back to work."""
     start = _stage(from_stage, "--from") if from_stage else None
-    factory = _factory()
-    collected = gc_note(factory.jobs.get(job_id))
-    job = factory.jobs.requeue(job_id, from_stage=start)
-    if factory.settings.broker_url:
-        _dispatch([job], "job requeued")
+    ops = _ops()
+    collected = gc_note(ops.job(job_id))
+    job = ops.requeue(job_id, from_stage=start, actor=local_actor())
     if as_json:
-        _print_json(_job_summary(job))
+        _print_json(job_summary(job))
         return
     kept = len(job.progress["segments"])
     out.print(
@@ -408,25 +420,54 @@ def cancel(
     as_json: bool = JsonOption,
 ) -> None:
     """Stop a job; its worker stops at its next checkpoint. `requeue` can continue it later."""
-    factory = _factory()
-    job = factory.jobs.cancel(job_id, reason=reason)
-    after_terminal(open_alerter(factory.settings, factory.jobs), job)
+    job = _ops().cancel(job_id, reason=reason, actor=local_actor())
     if as_json:
-        _print_json(_job_summary(job))
+        _print_json(job_summary(job))
         return
     out.print(
         f"{job.job_id} cancelled (was {job.stopped_stage.value if job.stopped_stage else '?'})"
     )
 
 
+@app.command()
+def approve(
+    job_id: str = typer.Argument(..., metavar="JOB"),
+    note: str = typer.Option("", "--note", help="Kept in the job's events."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Publish a job that passed QC and waits for review (a batch with `review: required`):
+    the workers deliver it, or this command does when there is no broker."""
+    job = _ops().approve(job_id, actor=local_actor(), note=note)
+    if as_json:
+        _print_json(job_summary(job))
+        return
+    where = "delivered" if job.stage is Stage.DONE else f"approved, now {_stage_text(job)}"
+    out.print(f"{job.job_id} {where}")
+    if job.stage not in (Stage.DONE, Stage.DELIVER):
+        raise typer.Exit(1)
+
+
+@app.command()
+def reject(
+    job_id: str = typer.Argument(..., metavar="JOB"),
+    reason: str = typer.Option(..., "--reason", help="Why it is sent back (required)."),
+    as_json: bool = JsonOption,
+) -> None:
+    """Send back a job waiting for review: it stops in review with the reason as its error;
+    `factory requeue JOB --from STAGE` makes it again."""
+    job = _ops().reject(job_id, actor=local_actor(), reason=reason)
+    if as_json:
+        _print_json(job_summary(job))
+        return
+    out.print(f"{job.job_id} sent back: {reason}")
+
+
 def _dispatch(jobs: list[Job], what: str) -> None:
     """Send jobs to the workers; if the broker is away they stay recorded for the sweeper."""
-    from tasks.app import app as celery_app  # only here: the rest of factory/ needs no Celery
-    from tasks.dispatch import dispatch
+    from factory.ops import celery_dispatch
 
     try:
-        for job in jobs:
-            dispatch(celery_app, job)
+        celery_dispatch(jobs)
     except Exception as exc:
         err.print(
             f"warning: {what} but not dispatched ({type(exc).__name__}: {exc}); "
@@ -445,34 +486,6 @@ def _stage(value: str, option: str) -> Stage:
         raise BadInput(
             f"unknown stage {value!r}; choose one of {', '.join(STAGE_NAMES)}", field=option
         ) from None
-
-
-def _job_summary(job: Job) -> dict[str, Any]:
-    return {
-        "job_id": job.job_id,
-        "batch": job.batch,
-        "stage": job.stage.value,
-        "stopped_stage": job.stopped_stage.value if job.stopped_stage else None,
-        "attempt": job.attempt,
-        "progress": job.progress,
-        "last_error": job.last_error,
-        "heartbeat_at": _iso(job.heartbeat_at),
-        "created_at": _iso(job.created_at),
-        "updated_at": _iso(job.updated_at),
-    }
-
-
-def _event_dict(event: Event) -> dict[str, Any]:
-    return {
-        "id": event.id,
-        "job_id": event.job_id,
-        "at": _iso(event.at),
-        "stage": event.stage.value,
-        "event": event.event,
-        "attempt": event.attempt,
-        "detail": event.detail,
-        "trace_id": event.trace_id,
-    }
 
 
 def _status_lines(job: Job, made: dict[int, SegmentRecord]) -> list[tuple[str, str]]:
@@ -512,6 +525,12 @@ def _status_lines(job: Job, made: dict[int, SegmentRecord]) -> list[tuple[str, s
         )
     )
     lines.append(("qc", _qc_text(p.get("qc"), [r.seam for r in made.values() if r.seam])))
+    if review := p.get("review"):
+        said = review.get("reason") or review.get("note") or ""
+        lines.append(
+            ("review", f"{review['decision']} by {review['by']} at {review['at'][:19]}"
+                       + (f": {said}" if said else ""))
+        )  # fmt: skip
     if job.last_error:
         e = job.last_error
         lines.append(("error", f"{e['kind']} in {e['stage']}: {e['message']}"))
@@ -562,6 +581,16 @@ def _next_step(job: Job) -> str:
         )
     if job.stage is Stage.DONE:
         return f"nothing; `factory requeue {job.job_id} --from STAGE` redoes part of it"
+    if job.stage is Stage.REVIEW:
+        return (
+            f"waiting for review: `factory approve {job.job_id}` delivers it, "
+            f"`factory reject {job.job_id} --reason TEXT` sends it back (or the console)"
+        )
+    if job.stage is Stage.FAILED and job.stopped_stage is Stage.REVIEW:
+        return (
+            f"`factory requeue {job.job_id} --from generate` makes it again (or --from another "
+            f"stage); `factory requeue {job.job_id}` puts the same video up for review again"
+        )
     if job.stage in (Stage.FAILED, Stage.CANCELLED):
         where = job.stopped_stage.value if job.stopped_stage else "queued"
         return (
@@ -620,6 +649,7 @@ cli_topology.register()
 cli_qc.register(app)
 cli_forecast.register(app)
 cli_gc.register(app)
+cli_serve.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -16,7 +16,7 @@ from rich.text import Text
 
 from factory import logs
 from factory.app import Factory
-from factory.cli_gpu import gpu_app
+from factory.cli.gpu import gpu_app
 from factory.config import Settings
 from factory.errors import BadInput
 from factory.generate.topology import Topology, TopologyError, parse_topology, probe

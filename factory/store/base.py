@@ -46,6 +46,10 @@ class Store(Protocol):
     # removed, each with why. S3: DeleteObjects, up to 1000 keys a request.
     def delete_many(self, keys: Sequence[str]) -> dict[str, str]: ...
 
+    # Bytes ``start`` to ``end`` inclusive (an HTTP Range), streamed in pieces: the console
+    # serves media from here without a whole-file copy. FileNotFoundError when absent.
+    def read_range(self, key: str, start: int, end: int) -> Iterator[bytes]: ...
+
 
 def check_key(key: str) -> str:
     """Keys are relative, '/'-separated, of safe parts: nothing can climb out of the root."""

@@ -41,6 +41,17 @@ class FileStore:
             raise BadInput(f"{key!r} resolves outside the store", field="key")
         return path
 
+    def read_range(self, key: str, start: int, end: int) -> Iterator[bytes]:
+        with self.path(key).open("rb") as handle:
+            handle.seek(start)
+            left = end - start + 1
+            while left > 0:
+                piece = handle.read(min(left, 1 << 20))
+                if not piece:
+                    return
+                left -= len(piece)
+                yield piece
+
     def put_file(self, key: str, source: Path, *, move: bool = False) -> None:
         target = self.path(key)
         target.parent.mkdir(parents=True, exist_ok=True)

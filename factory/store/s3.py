@@ -152,6 +152,25 @@ class S3Store:
         finally:
             path.unlink(missing_ok=True)
 
+    def read_range(self, key: str, start: int, end: int) -> Iterator[bytes]:
+        name = self._name(key)
+
+        def fetch() -> Any:
+            try:
+                return self.client.get_object(
+                    Bucket=self.bucket, Key=name, Range=f"bytes={start}-{end}"
+                )["Body"]
+            except ClientError as exc:
+                if _status(exc) == 404:
+                    raise FileNotFoundError(name) from None
+                raise
+
+        body = self._call(f"get s3://{self.bucket}/{name} bytes {start}-{end}", fetch)
+        try:
+            yield from body.iter_chunks(1 << 20)
+        finally:
+            body.close()
+
     def download(self, key: str, target: Path) -> ObjectInfo:
         name = self._name(key)
 

@@ -1,0 +1,430 @@
+"""The operations the CLI and `factory serve` share: reading batches and jobs, submitting
+manifests, and the operator actions (requeue, cancel, approve, reject), each recorded in the
+job's events with who did it. The rules live here once; the state machine stays the only
+writer of a job's stage."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import Integer, func, literal, select, tuple_
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.sql.functions import FunctionElement
+
+from factory import preflight
+from factory.alerts import after_terminal, open_alerter
+from factory.app import Factory
+from factory.db.models import batches, jobs
+from factory.db.state import Event, Job, SegmentRecord
+from factory.errors import BadInput
+from factory.forecast import History, makespan, segment_estimate
+from factory.manifest import Manifest, parse_manifest
+from factory.retention import gc_note
+from factory.stages import Stage
+from factory.store import open_store
+from factory.submit import Submitted
+from factory.submit import submit as submit_manifest
+
+Dispatcher = Callable[[list[Job]], None]
+HISTORY_SECONDS = 300.0  # the forecast's history is re-read at most this often
+
+
+def local_actor() -> str:
+    """Who acts from a shell: the user and host (the API passes `token:NAME`)."""
+    user = os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
+    return f"cli:{user}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[Any]
+    next_cursor: str | None  # pass as `after` for the next page; None: this was the last
+
+
+@dataclass(frozen=True)
+class BatchView:
+    batch: str
+    created_at: datetime
+    review: bool
+    by_stage: dict[str, int]
+    frames_done: int
+    frames_total: int
+    eta: datetime | None = None  # when the unfinished jobs should be done (forecast)
+
+    @property
+    def total(self) -> int:
+        return sum(self.by_stage.values())
+
+    def count(self, *stages: Stage) -> int:
+        return sum(self.by_stage.get(s.value, 0) for s in stages)
+
+    @property
+    def finished(self) -> bool:
+        return self.count(Stage.DONE, Stage.FAILED, Stage.CANCELLED) == self.total
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "batch": self.batch,
+            "created_at": self.created_at.isoformat(),
+            "review": self.review,
+            "jobs": self.total,
+            "by_stage": self.by_stage,
+            "delivered": self.count(Stage.DONE),
+            "failed": self.count(Stage.FAILED),
+            "cancelled": self.count(Stage.CANCELLED),
+            "waiting_review": self.count(Stage.REVIEW),
+            "frames_done": self.frames_done,
+            "frames_total": self.frames_total,
+            "eta": self.eta.isoformat() if self.eta else None,
+        }
+
+
+@dataclass(frozen=True)
+class JobView:
+    """A job in full: what `factory status` prints and the console's video page shows."""
+
+    job: Job
+    segments: dict[int, SegmentRecord]
+    checks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # from the QC report
+
+    @property
+    def seams(self) -> list[dict[str, Any]]:
+        return [r.seam | {"seam": i} for i, r in sorted(self.segments.items()) if r.seam]
+
+    def to_dict(self) -> dict[str, Any]:
+        job = self.job
+        return job_summary(job) | {
+            "video_id": job.spec.get("video_id"),
+            "spec": job.spec,
+            "trace_id": job.trace_id,
+            "claimed_by": job.claimed_by,
+            "recoveries": job.recoveries,
+            "timings": job.progress.get("timings", {}),
+            "outputs": job.progress.get("deliver", {}).get("outputs", {}),
+            "qc": job.progress.get("qc"),
+            "review": job.progress.get("review"),
+            "gc": gc_note(job),
+            "seams": self.seams,
+            "checks": self.checks,
+            "segments_made": [
+                {"index": i, "attempt": r.attempt, "seconds": r.seconds, "memory": r.memory}
+                for i, r in sorted(self.segments.items())
+            ],
+        }
+
+
+class Operations:
+    def __init__(self, factory: Factory, *, dispatcher: Dispatcher | None = None) -> None:
+        self.factory = factory
+        self.machine = factory.jobs
+        self.settings = factory.settings
+        self._dispatcher = dispatcher
+        self._history: tuple[float, History] | None = None
+        self._history_lock = threading.Lock()
+
+    # --- reading ---------------------------------------------------------------------
+
+    def job(self, job_id: str) -> Job:
+        return self.machine.get(job_id)
+
+    def job_view(self, job_id: str, *, with_checks: bool = False) -> JobView:
+        job = self.machine.get(job_id)
+        checks = self._qc_checks(job) if with_checks else {}
+        return JobView(job, self.machine.segments(job_id), checks)
+
+    def events(self, job_id: str) -> list[Event]:
+        return self.machine.events(job_id)
+
+    def jobs(
+        self,
+        *,
+        batch: str | None = None,
+        stage: Stage | None = None,
+        limit: int = 100,
+        after: str | None = None,
+    ) -> Page:
+        """Jobs in submission order, a page at a time (keyset: a page costs the same at job
+        10,000 as at job 10)."""
+        if not 1 <= limit <= 1000:
+            raise BadInput(f"must be from 1 to 1000, got {limit}", field="limit")
+        query = select(jobs).order_by(jobs.c.created_at, jobs.c.job_id).limit(limit + 1)
+        if batch is not None:
+            query = query.where(jobs.c.batch == batch)
+        if stage is not None:
+            query = query.where(jobs.c.stage == stage.value)
+        if after:
+            created, job_id = _decode_cursor(after)
+            query = query.where(tuple_(jobs.c.created_at, jobs.c.job_id) > (created, job_id))
+        with self.machine.database.transaction() as conn:
+            rows = [Job.from_row(row) for row in conn.execute(query)]
+        more = len(rows) > limit
+        rows = rows[:limit]
+        cursor = _encode_cursor(rows[-1].created_at, rows[-1].job_id) if more and rows else None
+        return Page(rows, cursor)
+
+    def batches(self, *, limit: int = 50, names: list[str] | None = None) -> list[BatchView]:
+        """The newest batches (or the named ones), each with its jobs counted by stage in one
+        query, and the forecast's finish for those still running."""
+        query = select(batches).order_by(batches.c.created_at.desc(), batches.c.batch)
+        query = query.where(batches.c.batch.in_(names)) if names is not None else query
+        counts = (
+            select(
+                jobs.c.batch,
+                jobs.c.stage,
+                func.count(),
+                func.sum(func.coalesce(_progress_number("frame"), 0)),
+                func.sum(func.coalesce(_progress_number("frames_total"), 0)),
+            )
+            .group_by(jobs.c.batch, jobs.c.stage)
+            .where(jobs.c.batch.in_(select(query.limit(limit).subquery().c.batch)))
+        )
+        with self.machine.database.transaction() as conn:
+            found = conn.execute(query.limit(limit)).all()
+            tallies: dict[str, dict[str, list[int]]] = {}
+            for name, stage, n, done, total in conn.execute(counts):
+                tallies.setdefault(name, {})[stage] = [int(n), int(done or 0), int(total or 0)]
+        views = []
+        for row in found:
+            tally = tallies.get(row.batch, {})
+            done_frames = sum(
+                total if stage in _PAST_GENERATION else done
+                for stage, (_, done, total) in tally.items()
+            )
+            views.append(
+                BatchView(
+                    batch=row.batch,
+                    created_at=row.created_at,
+                    review=bool(row.review),
+                    by_stage={stage: n for stage, (n, _, _) in tally.items()},
+                    frames_done=done_frames,
+                    frames_total=sum(total for _, _, total in tally.values()),
+                )
+            )
+        return views
+
+    def batch(self, name: str, *, with_eta: bool = True) -> BatchView:
+        found = self.batches(limit=1, names=[name])
+        if not found:
+            raise BadInput(f"no batch named {name!r}", field="batch")
+        view = found[0]
+        if with_eta and not view.finished:
+            view = BatchView(**{**view.__dict__, "eta": self.eta(name)})
+        return view
+
+    def eta(self, batch: str) -> datetime | None:
+        """When the batch's unfinished jobs should be done: what is left of each (segments
+        to make, from recorded timings, and its CPU stages) scheduled on the GPUs."""
+        unfinished = [
+            j
+            for j in self.machine.list_jobs(batch=batch, limit=100_000)
+            if not (j.stage.is_terminal or j.stage.is_parked)
+        ]
+        if not unfinished:
+            return None
+        history = self._recent_history()
+        remaining = []
+        for job in unfinished:
+            video = job.video
+            p = job.progress
+            left = max(0, p.get("segments_total", 0) - len(p.get("segments", [])))
+            per_segment = segment_estimate(history, video, video.segment_frames, None).seconds
+            cpu_rate = history.cpu_seconds_per_video_second or 0.6
+            remaining.append(left * per_segment + cpu_rate * video.duration)
+        gpus = max(1, self.settings.console.gpus)
+        return self.machine.current_time() + timedelta(seconds=makespan(remaining, gpus))
+
+    # --- acting ------------------------------------------------------------------------
+
+    def submit_text(
+        self, text: str, *, fmt: str, actor: str, batch: str | None = None
+    ) -> Submitted:
+        """A manifest sent as text (the API): checked as `factory validate` checks it; files
+        beside a manifest do not exist here, so assets must already be in the store."""
+        parsed = parse_manifest(text, source=f"api:{actor}", fmt=fmt, batch=batch)
+        return self.submit_checked(self.check(parsed, remote=True), actor=actor)
+
+    def check(self, parsed: Manifest, *, remote: bool = False) -> preflight.Preflight:
+        """`remote`: sent over the API, so files beside the manifest are refused, not read."""
+        settings = self.settings
+        return preflight.check(
+            parsed,
+            lambda: open_store(settings.store_url, settings.s3),
+            confinement=settings.confinement,
+            s3=settings.s3,
+            allow_local=not remote,
+        )
+
+    def submit_checked(self, checked: preflight.Preflight, *, actor: str) -> Submitted:
+        if checked.uploads:
+            settings = self.settings
+            preflight.upload(checked, open_store(settings.store_url, settings.s3))
+        result = submit_manifest(
+            checked.manifest,
+            self.machine,
+            self.factory.tokens,
+            review_required=self.settings.console.review_required,
+            actor=actor,
+        )
+        created = set(result.created)
+        self._send([j for j in result.jobs if j.job_id in created])
+        return result
+
+    def requeue(self, job_id: str, *, from_stage: Stage | None, actor: str) -> Job:
+        job = self.machine.requeue(job_id, from_stage=from_stage, actor=actor)
+        self._send([job])
+        return job
+
+    def cancel(self, job_id: str, *, reason: str, actor: str) -> Job:
+        job = self.machine.cancel(job_id, reason=reason, actor=actor)
+        after_terminal(open_alerter(self.settings, self.machine), job)
+        return job
+
+    def approve(self, job_id: str, *, actor: str, note: str = "") -> Job:
+        """Approved: delivered by the workers (with a broker) or here and now (embedded)."""
+        job = self.machine.approve(job_id, actor=actor, note=note)
+        if self.settings.broker_url or self._dispatcher is not None:
+            self._send([job])
+            return job
+        return self._deliver_here(job, actor)
+
+    def reject(self, job_id: str, *, actor: str, reason: str) -> Job:
+        job = self.machine.reject(job_id, actor=actor, reason=reason)
+        after_terminal(open_alerter(self.settings, self.machine), job)
+        return job
+
+    # --- internals -----------------------------------------------------------------
+
+    def _send(self, found: list[Job]) -> None:
+        if not found:
+            return
+        if self._dispatcher is not None:
+            self._dispatcher(found)
+        elif self.settings.broker_url:
+            celery_dispatch(found)
+
+    def _deliver_here(self, job: Job, actor: str) -> Job:
+        from factory.pipeline.context import StageContext  # the media stack: only when needed
+        from factory.pipeline.runner import run_job
+
+        ctx = StageContext.from_settings(self.settings, self.machine, self.factory.database)
+        worker = f"{socket.gethostname()}/approve-{os.getpid()}"
+        return run_job(ctx, job.job_id, worker=f"{worker} for {actor}")
+
+    def _recent_history(self) -> History:
+        with self._history_lock:
+            now = time.monotonic()
+            if self._history is None or now - self._history[0] > HISTORY_SECONDS:
+                self._history = (now, History.load(self.factory.database))
+            return self._history[1]
+
+    def _qc_checks(self, job: Job) -> dict[str, list[dict[str, Any]]]:
+        """Every QC check with its value, limit and why, from the job's report."""
+        key = (job.progress.get("qc") or {}).get("report")
+        if not key:
+            return {}
+        store = open_store(self.settings.store_url, self.settings.s3)
+        try:
+            with store.local_path(key) as path:
+                document = json.loads(path.read_text())
+        except (OSError, ValueError, BadInput):
+            return {}
+        checks = {name: r.get("checks", []) for name, r in document.get("renditions", {}).items()}
+        for group in ("segments",):
+            checks[group] = document.get(group, [])
+        return checks
+
+
+def celery_dispatch(found: list[Job]) -> None:
+    """Send jobs to the workers; a broker that is away leaves them for the sweeper (raises
+    nothing: the jobs are recorded, and the sweeper sends them within FACTORY_STALE_AFTER)."""
+    from tasks.app import app as celery_app  # only here: the rest of factory/ needs no Celery
+    from tasks.dispatch import dispatch
+
+    for job in found:
+        dispatch(celery_app, job)
+
+
+def job_summary(job: Job) -> dict[str, Any]:
+    return {
+        "job_id": job.job_id,
+        "batch": job.batch,
+        "stage": job.stage.value,
+        "stopped_stage": job.stopped_stage.value if job.stopped_stage else None,
+        "attempt": job.attempt,
+        "progress": job.progress,
+        "last_error": job.last_error,
+        "heartbeat_at": _iso(job.heartbeat_at),
+        "created_at": _iso(job.created_at),
+        "updated_at": _iso(job.updated_at),
+    }
+
+
+def event_dict(event: Event) -> dict[str, Any]:
+    return {
+        "id": event.id,
+        "job_id": event.job_id,
+        "at": _iso(event.at),
+        "stage": event.stage.value,
+        "event": event.event,
+        "attempt": event.attempt,
+        "detail": event.detail,
+        "trace_id": event.trace_id,
+    }
+
+
+# Jobs past generation count all their frames as made (failed ones count what they made).
+_PAST_GENERATION = {s.value for s in Stage if s not in (Stage.QUEUED, Stage.GENERATE)} - {
+    Stage.FAILED.value,
+    Stage.CANCELLED.value,
+}
+
+
+class _ProgressNumber(FunctionElement[int]):
+    """A whole number at the top of a job's progress JSON, read in SQL."""
+
+    type = Integer()
+    inherit_cache = True
+
+
+@compiles(_ProgressNumber, "postgresql")
+def _progress_number_pg(element: _ProgressNumber, compiler: Any, **kw: Any) -> str:
+    (key,) = element.clauses
+    return f"((jobs.progress ->> {compiler.process(key, **kw)})::bigint)"
+
+
+@compiles(_ProgressNumber, "sqlite")
+def _progress_number_sqlite(element: _ProgressNumber, compiler: Any, **kw: Any) -> str:
+    (key,) = element.clauses
+    return f"CAST(json_extract(jobs.progress, '$.' || {compiler.process(key, **kw)}) AS INTEGER)"
+
+
+def _progress_number(key: str) -> Any:
+    return _ProgressNumber(literal(key))
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
+
+
+def _encode_cursor(created: datetime, job_id: str) -> str:
+    raw = json.dumps([created.astimezone(UTC).isoformat(), job_id]).encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created, job_id = json.loads(raw)
+        return datetime.fromisoformat(created), str(job_id)
+    except (ValueError, TypeError, binascii.Error):
+        raise BadInput("is not a cursor this API gave out", field="after") from None

@@ -1,0 +1,177 @@
+"""`factory serve`: the ASGI app. The console at /, the API at /api/v1, media at /media,
+/healthz for probes (the only thing served without a token)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+from sqlalchemy import select
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from factory import __version__
+from factory.access import Access
+from factory.app import Factory
+from factory.config import Settings
+from factory.db.models import job_segments
+from factory.db.state import Job
+from factory.errors import BadInput, FactoryError, InvalidOperation, ManifestError, NoSuchJob
+from factory.ops import Operations
+from factory.store import open_store
+from factory.web import api, console
+from factory.web.auth import NotSignedIn, SignInLimiter, require_api
+from factory.web.live import LiveHub
+from factory.web.media import Thumbnails, media_for, ranged
+
+HERE = Path(__file__).parent
+
+
+def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI:
+    factory = factory or Factory.open(settings)
+    ops = Operations(factory)
+    app = FastAPI(
+        title="Long-video factory",
+        version=__version__,
+        openapi_url=None,  # served below, to token holders only
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.settings = settings
+    app.state.factory = factory
+    app.state.ops = ops
+    app.state.access = Access(factory.database)
+    app.state.limiter = SignInLimiter(settings.console.signin_attempts)
+    app.state.store = open_store(settings.store_url, settings.s3)
+    app.state.thumbnails = Thumbnails(app.state.store)
+    app.state.live = LiveHub(
+        lambda batch: factory.jobs.list_jobs(batch=batch, limit=100_000),
+        settings.console.live_every,
+    )
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters["clock"] = lambda d: d.astimezone().strftime("%a %H:%M") if d else "-"
+    templates.env.filters["stamp"] = lambda d: d.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    app.state.templates = templates
+    app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
+    app.include_router(api.router)
+    app.include_router(console.router)
+
+    @app.middleware("http")
+    async def server_timing(request: Request, call_next: Any) -> Response:
+        """Server time of each answer (Server-Timing; bench/console.py reads it), and pages
+        that no other site may frame."""
+        started = time.perf_counter()
+        response = await call_next(request)
+        spent = (time.perf_counter() - started) * 1000
+        response.headers["Server-Timing"] = f"app;dur={spent:.2f}"
+        response.headers["X-Frame-Options"] = "DENY"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; img-src 'self' data:; media-src 'self'; "
+            "style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'"
+        )
+        return response
+
+    @app.get("/api/v1/openapi.json", include_in_schema=False)
+    def openapi(request: Request) -> dict[str, Any]:
+        require_api(request, "viewer")
+        return app.openapi()
+
+    @app.get("/healthz", include_in_schema=False)
+    def healthz() -> dict[str, Any]:
+        return {"ok": True, "version": __version__}
+
+    @app.get("/media/{job_id}/{name}", summary="A rendition, contact.png, quality.png or thumb.png")
+    def media(request: Request, job_id: str, name: str) -> Response:
+        require_api(request, "viewer")
+        job = ops.job(job_id)
+        if name == "thumb.png":
+            data = app.state.thumbnails.get(job, _first_segment_attempt(factory, job))
+            if data is None:
+                raise HTTPException(404, "no picture of this video yet")
+            return Response(data, media_type="image/png",
+                            headers={"Cache-Control": "private, max-age=300"})  # fmt: skip
+        found = media_for(job, name)
+        if found is None:
+            raise HTTPException(404, f"job {job_id} has no {name!r}")
+        return ranged(request, app.state.store, found)
+
+    _errors(app)
+    return app
+
+
+def _first_segment_attempt(factory: Factory, job: Job) -> int | None:
+    with factory.database.transaction() as conn:
+        row = conn.execute(
+            select(job_segments.c.attempt).where(
+                job_segments.c.job_id == job.job_id, job_segments.c.segment == 0
+            )
+        ).first()
+    if row is None:
+        raise HTTPException(404, "no picture of this video yet")
+    return row.attempt
+
+
+def _errors(app: FastAPI) -> None:
+    def wants_html(request: Request) -> bool:
+        return not request.url.path.startswith(("/api/", "/media/"))
+
+    @app.exception_handler(NotSignedIn)
+    def not_signed_in(request: Request, exc: NotSignedIn) -> Response:
+        target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        from urllib.parse import quote
+
+        return RedirectResponse(f"/signin?next={quote(target)}", status_code=303)
+
+    @app.exception_handler(ManifestError)
+    def manifest_error(request: Request, exc: ManifestError) -> Response:
+        problems = [{"field": p.path, "message": p.message} for p in exc.problems]
+        return JSONResponse({"error": str(exc), "problems": problems}, status_code=422)
+
+    @app.exception_handler(FactoryError)
+    def factory_error(request: Request, exc: FactoryError) -> Response:
+        status = 500
+        if isinstance(exc, NoSuchJob):
+            status = 404
+        elif isinstance(exc, InvalidOperation):
+            status = 409
+        elif isinstance(exc, BadInput):
+            status = 404 if getattr(exc, "field", None) == "batch" else 422
+        body = {"error": str(exc), "field": getattr(exc, "field", None)}
+        if wants_html(request) and status != 500:
+            return _html_error(request, status, str(exc))
+        return JSONResponse(body, status_code=status)
+
+    @app.exception_handler(RequestValidationError)
+    def invalid(request: Request, exc: RequestValidationError) -> Response:
+        problems = [
+            {"field": ".".join(str(p) for p in e["loc"] if p != "body"), "message": e["msg"]}
+            for e in exc.errors()
+        ]
+        return JSONResponse({"error": "invalid request", "problems": problems}, status_code=422)
+
+    @app.exception_handler(StarletteHTTPException)
+    def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if wants_html(request) and exc.status_code in (403, 404, 409, 429):
+            return _html_error(request, exc.status_code, str(exc.detail), exc.headers)
+        return JSONResponse({"error": exc.detail}, status_code=exc.status_code,
+                            headers=exc.headers)  # fmt: skip
+
+
+def _html_error(
+    request: Request, status: int, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    templates = request.app.state.templates
+    return templates.TemplateResponse(
+        request,
+        "error.html",
+        {"who": None, "csrf": "", "status": status, "message": message},
+        status_code=status,
+        headers=headers,
+    )

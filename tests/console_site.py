@@ -1,0 +1,118 @@
+"""A real console for tests: batches made by a real `factory run` on PostgreSQL, tokens made
+by `factory token create`, and `factory serve` running as its own process."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+from tests.conftest import REPO, embedded_env, run_cli
+from tests.s3stand import free_port
+
+# Prompts with markup: the console must show them as text.
+MARKUP = '<script>alert("x")</script> & <b>bold</b> harbor'
+REVIEW_VIDEOS = ("api-ok", "api-no", "web-ok", "web-no", "seen")
+
+
+def review_manifest(batch: str) -> str:
+    lines = [
+        f"batch: {batch}",
+        "review: required",
+        "defaults: {duration: 4, fps: 12, resolution: 160x96, segment: {frames: 16, overlap: 4},"
+        " renditions: [mobile, compat]}",
+        "videos:",
+    ]
+    for i, name in enumerate(REVIEW_VIDEOS):
+        prompt = MARKUP if name == "seen" else f"a harbor at dawn, take {i}"
+        lines.append(f"  - id: {name}")
+        lines.append(f"    prompt: '{prompt}'")
+    return "\n".join(lines) + "\n"
+
+
+PLAIN_MANIFEST = (
+    "batch: plain\ndefaults: {duration: 2, fps: 12, resolution: 160x96, "
+    "segment: {frames: 16, overlap: 4}, renditions: [mobile]}\n"
+    "videos:\n  - {id: one, prompt: 'a forest'}\n  - {id: two, prompt: 'a desert road'}\n"
+)
+
+
+@dataclass
+class Site:
+    base: str
+    env: dict[str, str]
+    home: Path
+    tokens: dict[str, str] = field(default_factory=dict)  # role -> secret
+    process: subprocess.Popen | None = None
+
+    def api(self, role: str | None) -> requests.Session:
+        session = requests.Session()
+        if role:
+            session.headers["Authorization"] = f"Bearer {self.tokens[role]}"
+        return session
+
+    def cli(self, *args: str) -> subprocess.CompletedProcess:
+        return run_cli(*args, env=self.env)
+
+    def store_path(self, key: str) -> Path:
+        return self.home / "store" / key
+
+
+def start_server(env: dict[str, str], home: Path) -> tuple[str, subprocess.Popen]:
+    port = free_port()
+    log = open(home / "serve.log", "ab")  # noqa: SIM115 - lives as long as the process
+    process = subprocess.Popen(
+        [sys.executable, "-m", "factory", "serve", "--port", str(port)],
+        cwd=REPO,
+        env={**os.environ, **env},
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(base + "/healthz", timeout=1).status_code == 200:
+                return base, process
+        except requests.ConnectionError:
+            pass
+        if process.poll() is not None:
+            break
+        time.sleep(0.2)
+    process.kill()
+    raise AssertionError("factory serve did not start:\n" + (home / "serve.log").read_text())
+
+
+def make_site(home: Path, database_url: str, extra_env: dict[str, str] | None = None) -> Site:
+    env = {**embedded_env(home), "FACTORY_DATABASE_URL": database_url, **(extra_env or {})}
+    upgraded = run_cli("db", "upgrade", env=env)
+    assert upgraded.returncode == 0, upgraded.stderr
+    (home / "review.yaml").write_text(review_manifest("nightly"))
+    (home / "plain.yaml").write_text(PLAIN_MANIFEST)
+    made = run_cli("run", str(home / "review.yaml"), env=env, timeout=600)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert "wait for review" in made.stdout
+    made = run_cli("run", str(home / "plain.yaml"), env=env, timeout=600)
+    assert made.returncode == 0, made.stdout + made.stderr
+    site = Site("", env, home)
+    for role in ("viewer", "operator", "admin"):
+        created = run_cli("token", "create", f"test-{role}", "--role", role, env=env)
+        assert created.returncode == 0, created.stderr
+        site.tokens[role] = created.stdout.strip()
+    site.base, site.process = start_server(env, home)
+    return site
+
+
+def stop_site(site: Site) -> None:
+    if site.process is not None:
+        site.process.terminate()
+        try:
+            site.process.wait(10)
+        except subprocess.TimeoutExpired:
+            site.process.kill()
