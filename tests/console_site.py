@@ -16,7 +16,7 @@ from tests.conftest import REPO, embedded_env, run_cli
 from tests.s3stand import free_port
 
 # Prompts with markup: the console must show them as text.
-MARKUP = '<script>alert("x")</script> & <b>bold</b> harbor'
+MARKUP = "<script>window.__xss = 1</script> & <b>bold</b> harbor"
 REVIEW_VIDEOS = ("api-ok", "api-no", "web-ok", "web-no", "seen")
 
 

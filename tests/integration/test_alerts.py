@@ -133,3 +133,30 @@ def test_a_redirect_is_not_followed_so_the_token_goes_nowhere_else() -> None:
     finally:
         server.shutdown()
         elsewhere.server.shutdown()
+
+
+def test_a_batch_waiting_for_review_is_announced_once(tmp_path: Path, receiver: Receiver) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        "batch: reviewing\nreview: required\ndefaults: {duration: 2, fps: 8, resolution: 96x64, "
+        "segment: {frames: 8, overlap: 2}, renditions: [mobile]}\nvideos:\n"
+        "  - {id: a, prompt: 'a harbor'}\n  - {id: b, prompt: 'a forest'}\n"
+    )
+    env = {**embedded_env(tmp_path / "home"), "FACTORY_WEBHOOK_URL": receiver.url,
+           "FACTORY_WEBHOOK_BACKOFF": "0.1"}  # fmt: skip
+    done = run_cli("run", str(manifest), env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (
+        "0 of 2 videos delivered" in done.stdout
+        and "2 passed QC and wait for review" in done.stdout
+    )
+    waiting = [p for p in receiver.payloads() if p["event"] == "batch.review_waiting"]
+    assert len(waiting) == 2 and waiting[0] == waiting[1]  # one alert; answered 503 once
+    assert waiting[0]["waiting"] == ["reviewing.a", "reviewing.b"]
+    assert "wait for review" in waiting[0]["text"]
+    assert run_cli("run", str(manifest), env=env, timeout=300).returncode == 0  # cron again
+    assert [p["event"] for p in receiver.payloads()].count("batch.review_waiting") == 2
+    assert run_cli("approve", "reviewing.a", env=env).returncode == 0
+    assert run_cli("approve", "reviewing.b", env=env).returncode == 0
+    completed = [p for p in receiver.payloads() if p["event"] == "batch.completed"]
+    assert len(completed) == 1 and completed[0]["summary"]["delivered"] == 2

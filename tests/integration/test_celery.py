@@ -311,3 +311,42 @@ def test_a_model_directory_only_gpu_nodes_see_is_checked_by_the_gpu_worker(
     assert f"model directory {elsewhere} does not exist on this host" in job.last_error["message"]
     assert job.progress["segments"] == []
     assert cluster.segment_counts(job.job_id) == {}
+
+
+def test_a_review_batch_waits_and_an_approval_is_delivered_by_the_workers(
+    cluster: Cluster, tmp_path: Path
+):
+    """`review: required`: the workers stop after QC (the sweeper leaves the jobs alone, nothing
+    is published); `factory approve` sends the delivery to the workers; `reject` keeps it off."""
+    path = manifest(tmp_path / "m.yaml", "reviewed", videos=2)
+    path.write_text(
+        path.read_text().replace("batch: reviewed\n", "batch: reviewed\nreview: required\n")
+    )
+    cluster.start_workers(gpus=1)
+    ids = cluster.submit(path)
+    machine = cluster.factory().jobs
+    deadline = time.monotonic() + 180
+    while not all(machine.get(j).stage is Stage.REVIEW for j in ids):
+        assert time.monotonic() < deadline, cluster.logs()
+        time.sleep(0.3)
+    time.sleep(3 * 1 + 4)  # past FACTORY_STALE_AFTER (4 s) with the sweeper every second
+    assert [machine.get(j).stage for j in ids] == [Stage.REVIEW, Stage.REVIEW]
+    assert not list((cluster.home / "store" / "reviewed").glob("*/out/*.mp4"))
+    approved = run_cli("approve", ids[0], "--note", "fine", env=cluster.env)
+    assert approved.returncode == 0, approved.stderr
+    rejected = run_cli("reject", ids[1], "--reason", "a face melts at 0:02", env=cluster.env)
+    assert rejected.returncode == 0, rejected.stderr
+    done, sent_back = cluster.wait_done(ids)
+    assert done.stage is Stage.DONE, cluster.logs()
+    assert set(cluster.outputs(done)) == {"mobile.mp4", "compat.mp4"}
+    events = machine.events(done.job_id)
+    approval = next(e for e in events if e.event == "approved")
+    assert approval.detail["actor"].startswith("cli:") and approval.detail["note"] == "fine"
+    delivered_by = [
+        e.detail["worker"] for e in events if e.event == "claimed" and e.id > approval.id
+    ]
+    assert delivered_by and "cpu" in delivered_by[0]  # a CPU worker delivered it
+    assert not [e for e in events if e.event == "recovered"]  # the sweeper left it alone
+    assert sent_back.stage is Stage.FAILED and sent_back.stopped_stage is Stage.REVIEW
+    assert sent_back.last_error["kind"] == "Rejected"
+    assert not (cluster.home / "store" / "reviewed" / "v1" / "out").exists()

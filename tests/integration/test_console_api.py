@@ -304,9 +304,7 @@ def test_markup_in_prompts_renders_as_text(site: Site) -> None:
     session, _ = signed_in(site, "viewer")
     for path in ("/batches/nightly", "/jobs/nightly.seen"):
         page = session.get(site.base + path).text
-        assert (
-            "&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in page
-        )
+        assert "&lt;script&gt;window.__xss = 1&lt;/script&gt; &amp; &lt;b&gt;bold&lt;/b&gt;" in page
         assert MARKUP not in page and "<b>bold</b>" not in page
     assert "script-src 'self'" in session.get(f"{site.base}/").headers["content-security-policy"]
 
@@ -455,3 +453,27 @@ def test_brute_force_sign_in_is_slowed(site: Site) -> None:
                          headers={"Authorization": f"Bearer fct_g{i}"}).status_code
              for i in range(7)]  # fmt: skip
     assert codes[:5] == [401] * 5 and codes[5:] == [429, 429]
+
+
+def test_a_batch_page_hears_of_changes_live(site: Site) -> None:
+    """The grid's stream: every card at first, then each change within a read or two."""
+    session, _ = signed_in(site, "viewer")
+    stream = session.get(f"{site.base}/batches/plain/live", stream=True, timeout=30)
+    assert stream.headers["content-type"].startswith("text/event-stream")
+    lines = stream.iter_lines(decode_unicode=True)
+
+    def next_event() -> dict:
+        for line in lines:
+            if line.startswith("data: "):
+                return json.loads(line[len("data: ") :])
+        raise AssertionError("the stream ended")
+
+    first = {c["job_id"]: c for c in next_event()["jobs"]}
+    assert set(first) == {"plain.one", "plain.two"}
+    site.api("operator").post(f"{site.base}/api/v1/jobs/plain.one/requeue",
+                              json={"from": "deliver"})  # fmt: skip
+    changed = {c["job_id"]: c for c in next_event()["jobs"]}
+    assert changed["plain.one"]["stage"] == "deliver" and "plain.two" not in changed
+    site.api("operator").post(f"{site.base}/api/v1/jobs/plain.one/cancel", json={})
+    assert next_event()["jobs"][0]["stage"] == "cancelled"
+    stream.close()
