@@ -27,9 +27,15 @@ from factory.app import Factory
 from factory.db.models import batches, jobs
 from factory.db.state import Event, Job, SegmentRecord
 from factory.errors import BadInput
-from factory.forecast import History, makespan, segment_estimate
+from factory.forecast import (
+    CPU_SECONDS_PER_VIDEO_SECOND,
+    History,
+    makespan,
+    segment_estimate,
+)
 from factory.manifest import Manifest, parse_manifest
 from factory.retention import gc_note
+from factory.spec import VideoSpec
 from factory.stages import Stage
 from factory.store import open_store
 from factory.submit import Submitted
@@ -37,6 +43,7 @@ from factory.submit import submit as submit_manifest
 
 Dispatcher = Callable[[list[Job]], None]
 HISTORY_SECONDS = 300.0  # the forecast's history is re-read at most this often
+ETA_SECONDS = 30.0  # a batch's ETA is recomputed at most this often
 
 
 def local_actor() -> str:
@@ -130,6 +137,7 @@ class Operations:
         self.settings = factory.settings
         self._dispatcher = dispatcher
         self._history: tuple[float, History] | None = None
+        self._etas: dict[str, tuple[float, datetime | None]] = {}
         self._history_lock = threading.Lock()
 
     # --- reading ---------------------------------------------------------------------
@@ -223,25 +231,42 @@ class Operations:
 
     def eta(self, batch: str) -> datetime | None:
         """When the batch's unfinished jobs should be done: what is left of each (segments
-        to make, from recorded timings, and its CPU stages) scheduled on the GPUs."""
-        unfinished = [
-            j
-            for j in self.machine.list_jobs(batch=batch, limit=100_000)
-            if not (j.stage.is_terminal or j.stage.is_parked)
-        ]
-        if not unfinished:
-            return None
-        history = self._recent_history()
-        remaining = []
-        for job in unfinished:
-            video = job.video
-            p = job.progress
-            left = max(0, p.get("segments_total", 0) - len(p.get("segments", [])))
-            per_segment = segment_estimate(history, video, video.segment_frames, None).seconds
-            cpu_rate = history.cpu_seconds_per_video_second or 0.6
-            remaining.append(left * per_segment + cpu_rate * video.duration)
-        gpus = max(1, self.settings.console.gpus)
-        return self.machine.current_time() + timedelta(seconds=makespan(remaining, gpus))
+        to make, from recorded timings, and its CPU stages) scheduled on the GPUs. Kept for
+        ETA_SECONDS: pages ask for it often, and it moves slowly."""
+        now = time.monotonic()
+        with self._history_lock:
+            cached = self._etas.get(batch)
+        if cached is not None and now - cached[0] < ETA_SECONDS:
+            return cached[1]
+        left = [s.value for s in Stage if not (s.is_terminal or s.is_parked)]
+        query = select(jobs.c.spec, jobs.c.progress).where(
+            jobs.c.batch == batch, jobs.c.stage.in_(left)
+        )
+        with self.machine.database.transaction() as conn:
+            rows = conn.execute(query).all()
+            clock = self.machine.now(conn)
+        found = None
+        if rows:
+            history = self._recent_history()
+            cpu_rate = history.cpu_seconds_per_video_second or CPU_SECONDS_PER_VIDEO_SECOND
+            per_shape: dict[tuple[Any, ...], float] = {}
+            remaining = []
+            for spec_data, progress in rows:
+                # Arithmetic only: the stored spec is read without the workers' re-validation.
+                video = VideoSpec.from_dict(spec_data)
+                shape = (video.model, video.width, video.height, video.segment_frames)
+                if shape not in per_shape:
+                    per_shape[shape] = segment_estimate(
+                        history, video, video.segment_frames, None
+                    ).seconds
+                todo = max(0, progress.get("segments_total", 0) - len(progress.get("segments", [])))
+                remaining.append(todo * per_shape[shape] + cpu_rate * video.duration)
+            found = clock + timedelta(
+                seconds=makespan(remaining, max(1, self.settings.console.gpus))
+            )
+        with self._history_lock:
+            self._etas[batch] = (now, found)
+        return found
 
     # --- acting ------------------------------------------------------------------------
 
