@@ -29,8 +29,12 @@ from factory.db.state import Event, Job, SegmentRecord
 from factory.errors import BadInput
 from factory.forecast import (
     CPU_SECONDS_PER_VIDEO_SECOND,
+    Forecast,
     History,
+    forecast,
+    gpus_needed,
     makespan,
+    parse_window,
     segment_estimate,
 )
 from factory.manifest import Manifest, parse_manifest
@@ -94,6 +98,13 @@ class BatchView:
             "frames_total": self.frames_total,
             "eta": self.eta.isoformat() if self.eta else None,
         }
+
+
+@dataclass(frozen=True)
+class BatchForecast:
+    forecast: Forecast
+    gpus_needed: int | None  # with a window it misses: the fewest GPUs that would make it
+    recorded: int  # segments of history it is based on
 
 
 @dataclass(frozen=True)
@@ -267,6 +278,28 @@ class Operations:
         with self._history_lock:
             self._etas[batch] = (now, found)
         return found
+
+    def forecast(
+        self,
+        parsed: Manifest,
+        *,
+        gpus: int,
+        window: str | None = None,
+        gpu_kind: str | None = None,
+    ) -> BatchForecast:
+        """When a manifest's batch would finish on `gpus` GPUs from recorded timings; with a
+        window, whether it fits and, if not, how many GPUs would make it."""
+        history = History.load(self.factory.database)
+        now = datetime.now().astimezone()
+        start, end = parse_window(window, now) if window else (now, None)
+        videos = list(parsed.videos)
+        result = forecast(
+            videos, history, gpus=gpus, start=start, window_end=end, gpu_kind=gpu_kind
+        )
+        needed = None
+        if end is not None and not result.fits:
+            needed = gpus_needed(videos, history, start, end, gpu_kind)
+        return BatchForecast(result, needed, len(history.samples))
 
     # --- acting ------------------------------------------------------------------------
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
-from datetime import datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 import typer
@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from factory.config import Settings
-from factory.forecast import Forecast, History, forecast, gpus_needed, parse_window
+from factory.forecast import Forecast
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
@@ -38,24 +38,17 @@ def forecast_command(
     fits (exit 3 if not) and how many GPUs would make it fit."""
     from factory.app import Factory
     from factory.manifest import load_manifest
+    from factory.ops import Operations
 
     parsed = load_manifest(manifest)
-    factory = Factory.open(Settings.from_env())
-    history = History.load(factory.database)
-    now = datetime.now().astimezone()
-    start, end = parse_window(window, now) if window else (now, None)
-    result = forecast(list(parsed.videos), history, gpus=gpus, start=start, window_end=end,
-                      gpu_kind=gpu_kind)  # fmt: skip
-    needed = (
-        gpus_needed(list(parsed.videos), history, start, end, gpu_kind)
-        if end is not None and not result.fits
-        else None
-    )
+    ops = Operations(Factory.open(Settings.from_env()))
+    made = ops.forecast(parsed, gpus=gpus, window=window, gpu_kind=gpu_kind)
+    result, needed = made.forecast, made.gpus_needed
     if as_json:
-        data = result.to_dict() | {"gpus_needed": needed, "history_segments": len(history.samples)}
+        data = result.to_dict() | {"gpus_needed": needed, "history_segments": made.recorded}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
     else:
-        _print(result, needed, len(history.samples))
+        _print(result, needed, made.recorded)
     if result.fits is False:
         raise typer.Exit(EXIT_DOES_NOT_FIT)
 

@@ -297,12 +297,12 @@ def store_ls(prefix: str = typer.Argument("", help="Key prefix, e.g. nightly/har
 def jobs(
     batch: str | None = typer.Option(None, "--batch", help="Only this batch."),
     stage: str | None = typer.Option(None, "--stage", help=f"Only this stage: {STAGE_NAMES}."),
-    limit: int = typer.Option(1000, "--limit", min=1, help="At most this many jobs."),
+    limit: int = typer.Option(1000, "--limit", min=1, max=1000, help="At most this many jobs."),
     as_json: bool = JsonOption,
 ) -> None:
     """List jobs with their stage and progress."""
     wanted = _stage(stage, "--stage") if stage else None
-    found = _factory().jobs.list_jobs(batch=batch, stage=wanted, limit=limit)
+    found = Operations(_factory()).jobs(batch=batch, stage=wanted, limit=limit).items
     if as_json:
         _print_json([job_summary(j) for j in found])
         return

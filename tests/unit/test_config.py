@@ -183,3 +183,32 @@ def test_group_offload_auto_is_off_without_cuda():
     assert policy.group_offload == "auto"
     assert policy.offload_on("cpu") == "off" and policy.describe("cpu")["group_offload"] == "off"
     assert MemoryPolicy(group_offload="block").offload_on("cpu") == "block"
+
+
+@pytest.mark.parametrize(
+    ("env", "field"),
+    [
+        ({"FACTORY_REVIEW": "sometimes"}, "FACTORY_REVIEW"),
+        ({"FACTORY_CONSOLE_SECURE_COOKIES": "yes"}, "FACTORY_CONSOLE_SECURE_COOKIES"),
+        ({"FACTORY_CONSOLE_WINDOW": "22-06"}, "FACTORY_CONSOLE_WINDOW"),
+        ({"FACTORY_CONSOLE_SESSION_HOURS": "0"}, "FACTORY_CONSOLE_SESSION_HOURS"),
+        ({"FACTORY_CONSOLE_LIVE_EVERY": "fast"}, "FACTORY_CONSOLE_LIVE_EVERY"),
+    ],
+)
+def test_bad_console_settings_name_the_variable(tmp_path: Path, env, field):
+    with pytest.raises(ConfigError) as caught:
+        Settings.from_env({"FACTORY_HOME": str(tmp_path), **env})
+    assert caught.value.field == field
+
+
+def test_console_defaults_and_review(tmp_path: Path):
+    console = Settings.from_env({"FACTORY_HOME": str(tmp_path)}).console
+    assert (console.review_required, console.secure_cookies, console.live_every) == (
+        False,
+        "auto",
+        1.0,
+    )
+    env = {"FACTORY_HOME": str(tmp_path), "FACTORY_REVIEW": "required",
+           "FACTORY_CONSOLE_WINDOW": "22:00-06:00"}  # fmt: skip
+    console = Settings.from_env(env).console
+    assert console.review_required and console.window == "22:00-06:00"
