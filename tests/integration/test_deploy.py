@@ -2,20 +2,30 @@
 parsed and resolved by docker-compose itself, the Kubernetes manifests are validated against
 the API schemas (kubernetes-validate) and checked for what the factory needs of them, and for
 the deployment boundaries (docs/deploy.md): which container gets which key, which service may
-reach which, who runs as whom."""
+reach which, who runs as whom. The gateway's console blocks are also run, under Debian's nginx
+in front of a stand-in console."""
 
 from __future__ import annotations
 
+import http.client
+import http.server
+import ipaddress
 import json
+import os
 import re
 import shutil
+import socket
+import ssl
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from factory.console_settings import parse as parse_console_settings
 from tests.conftest import REPO
 
 DOCKER = REPO / "docker"
@@ -26,9 +36,9 @@ SECRET_NAME = re.compile(r"SECRET|PASSWORD|TOKEN|_KEY$|BASIC_AUTH")
 PINNED_TAG = re.compile(r"(\d+\.){2}\d+\b[\w.-]*|RELEASE\.\d{4}-\d\d-\d\dT\d\d-\d\d-\d\dZ")
 TWO_PART_VERSIONS = re.compile(r"postgres:\d+\.\d+(-[\w.-]+)?")
 OWN_IMAGES = ("video-factory:", "registry.example.com/video-factory:")  # built by this repo
-APPS = {"migrate", "beat", "flower", "cpu-worker", "gpu-worker-0", "gpu-worker-1"}
-CLIENT_PAIR = {"beat": "beat", "cpu-worker": "worker", "gpu-worker-0": "worker",
-               "gpu-worker-1": "worker"}  # fmt: skip
+APPS = {"migrate", "beat", "flower", "console", "cpu-worker", "gpu-worker-0", "gpu-worker-1"}
+CLIENT_PAIR = {"beat": "beat", "console": "console", "cpu-worker": "worker",
+               "gpu-worker-0": "worker", "gpu-worker-1": "worker"}  # fmt: skip
 GATEWAY_FILES = {"gateway.pem", "gateway.key", "ca.pem", "crl.pem", "clients.map"}
 CA_KEYS = {"ca.key", "intermediate.key"}
 
@@ -456,7 +466,7 @@ def test_network_policies_deny_by_default_and_open_only_the_factory_paths() -> N
             for _, doc in manifests() if _pods(doc)
             for pod_doc in [doc["spec"]["template"]]}  # fmt: skip
     factory = {"tier": "app"}
-    for name in ("beat", "flower", "cpu-worker", "gpu-worker", "factory-migrate"):
+    for name in ("beat", "flower", "console", "cpu-worker", "gpu-worker", "factory-migrate"):
         assert factory.items() <= pods[name].items(), f"{name} is not a factory pod"
     assert not factory.items() <= pods["gateway"].items()
     gateway = {"app": "gateway"}
@@ -466,6 +476,7 @@ def test_network_policies_deny_by_default_and_open_only_the_factory_paths() -> N
         "postgres": (charts["postgresql"], factory, [charts["postgresql"]]),
         "minio": (charts["minio"], gateway, [charts["minio"]]),
         "flower": (pods["flower"], gateway, []),
+        "console": (pods["console"], gateway, []),
         "gateway": (pods["gateway"], factory, []),
     }
     for service, (labels, needed, also) in allowed.items():
@@ -505,3 +516,347 @@ def test_kubernetes_flower_sits_behind_the_gateway_with_its_own_secret() -> None
     servers = volumes[mounts["/etc/nginx/conf.d"]]["configMap"]["name"]
     block = docs[("gateway.yaml", "ConfigMap", servers)]["data"]["flower.conf"]
     _assert_flower_block(block, "http://flower.video-factory.svc:5555")
+
+
+# --- the operations console (`factory serve`) -----------------------------------------------
+
+CONSOLE_ARGS = ["serve", "--host", "0.0.0.0", "--port", "8080"]
+CONSOLE_LIVE = re.compile(r"location ~ (\S+) \{([^}]*)\}")
+
+
+def _nginx_code(conf: str) -> str:
+    return re.sub(r"#.*", "", conf)  # comments may name what the code must not do
+
+
+def _assert_console_block(conf: str, upstream: str) -> None:
+    """Server TLS only (browsers have no client certificate), the scheme and the client's
+    address set by the gateway, the live stream passed on unbuffered and kept open."""
+    code = _nginx_code(conf)
+    for line in ("listen 8444 ssl;",
+                 "ssl_certificate /etc/nginx/certs/gateway.pem;",
+                 "ssl_certificate_key /etc/nginx/certs/gateway.key;",
+                 "proxy_set_header X-Forwarded-Proto https;",
+                 "proxy_set_header X-Forwarded-For $remote_addr;"):  # fmt: skip
+        assert line in code, line
+    assert "ssl_verify_client" not in code and "ssl_client_certificate" not in code
+    assert "auth_basic" not in code  # the console's own tokens decide who may do what
+    assert upstream in code
+    live = [(pattern, body) for pattern, body in CONSOLE_LIVE.findall(code) if "live" in pattern]
+    assert len(live) == 1, "one location for the live stream"
+    [(pattern, body)] = live
+    assert re.search(pattern, "/batches/night-1/live") and not re.search(pattern, "/batches/x")
+    assert not re.search(pattern, "/batches/night-1/live/more")
+    assert "proxy_buffering off;" in body
+    timeout = re.search(r"proxy_read_timeout (\d+)(h|m|s)?;", body)
+    assert timeout, "the live stream needs a long read timeout"
+    seconds = int(timeout.group(1)) * {"h": 3600, "m": 60, "s": 1, None: 1}[timeout.group(2)]
+    assert seconds >= 3600
+    for passed in re.findall(r"proxy_pass (\S+);", code):  # every location to the console
+        assert passed in (upstream, "$console_upstream"), passed
+
+
+def test_compose_console_is_reached_only_through_the_gateway(compose: dict) -> None:
+    services = compose["services"]
+    console, gateway = services["console"], services["gateway"]
+    assert console["command"] == CONSOLE_ARGS
+    assert console["image"] == services["cpu-worker"]["image"]  # the factory's own image
+    assert not console.get("ports")
+    raw = yaml.safe_load((DOCKER / "compose.yaml").read_text())["services"]["console"]
+    assert "env/console.env" in raw["env_file"]  # its settings: from console.env.example here
+    assert console["environment"]["FACTORY_CONSOLE_SESSION_HOURS"]
+    # Networks: backend (PostgreSQL, Redis, the gateway's S3) and console-link, which holds the
+    # gateway and the console alone; never storage.
+    assert set(console["networks"]) == {"backend", "console-link"}
+    link = compose["networks"]["console-link"]
+    assert link.get("internal") is True
+    on_link = {name for name, s in services.items() if "console-link" in s.get("networks", {})}
+    assert on_link == {"gateway", "console"}
+    subnet = ipaddress.ip_network(link["ipam"]["config"][0]["subnet"])
+    gateway_address = gateway["networks"]["console-link"]["ipv4_address"]
+    assert ipaddress.ip_address(gateway_address) in subnet
+    # The console trusts X-Forwarded-* from the gateway's fixed address, nothing else; the
+    # gateway proxies to an alias that exists on console-link only, so it connects from there.
+    env = console["environment"]
+    settings = parse_console_settings(env)  # the values the console itself accepts
+    assert settings.secure_cookies == "always"
+    assert settings.trusted_proxies == gateway_address
+    assert console["networks"]["console-link"]["aliases"] == ["console-upstream"]
+    assert not (console["networks"]["backend"] or {}).get("aliases")
+    # The store through the gateway with its own client pair (the mounts: the test above).
+    assert env["FACTORY_S3_ENDPOINT_URL"] == "https://gateway:8443"
+    assert env["FACTORY_STORE_URL"].startswith("s3://")
+    assert env["FACTORY_S3_CLIENT_CERT"] == "/etc/factory/pki/client.pem"
+    assert "gateway" in console["depends_on"] and "console" not in gateway.get("depends_on", {})
+    health = _text(console["healthcheck"]["test"])
+    assert "http://127.0.0.1:8080/healthz" in health
+    published = [(host, port) for host, port, target in _ports(gateway) if target == "8444"]
+    assert published and all(port == "8444" for _, port in published)  # browsers: https://HOST:8444
+    _assert_console_block(
+        (DOCKER / "nginx.d" / "console.conf").read_text(), "http://console-upstream:8080"
+    )
+    for name, service in services.items():  # the console's settings are the console's
+        if name != "console":
+            assert not [k for k in service.get("environment", {}) if "CONSOLE" in k], name
+
+
+def test_kubernetes_console_sits_behind_the_gateway() -> None:
+    docs = dict(((n, d["kind"], d["metadata"]["name"]), d) for n, d in manifests())
+    deployment = docs[("console.yaml", "Deployment", "console")]
+    pod = deployment["spec"]["template"]["spec"]
+    assert deployment["spec"]["template"]["metadata"]["labels"] == {"app": "console", "tier": "app"}
+    [container] = pod["containers"]
+    assert container["args"] == CONSOLE_ARGS
+    assert container["image"].startswith(OWN_IMAGES)
+    assert [p["containerPort"] for p in container["ports"]] == [8080]
+    for probe in ("livenessProbe", "readinessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "http"}, probe
+    # Unprivileged on a read-only root (every pod: the test above), its secrets 0440.
+    own = container["securityContext"]
+    assert own["readOnlyRootFilesystem"] is True and own["allowPrivilegeEscalation"] is False
+    assert own["capabilities"] == {"drop": ["ALL"]} and own["runAsUser"] == 10001
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["pki"]["secret"] == {"secretName": "factory-console-pki", "defaultMode": 0o440}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    assert mounts["/etc/factory/pki"]["name"] == "pki" and mounts["/etc/factory/pki"]["readOnly"]
+    # The database, broker and Redis URLs and the store's keys (factory-secrets), the store's
+    # paths (factory-s3), its own settings; never Flower's basic auth or another's client pair.
+    sources = [next(iter(ref.values()))["name"] for ref in container["envFrom"]]
+    assert sources == ["factory-config", "factory-s3", "factory-console", "factory-secrets"]
+    for (_, _, name), doc in docs.items():
+        for other in _pods(doc):
+            if name != "console":
+                assert "factory-console-pki" not in json.dumps(other), name
+    assert "factory-flower" not in json.dumps(pod) and '"factory-pki"' not in json.dumps(pod)
+    config = docs[("console.yaml", "ConfigMap", "factory-console")]["data"]
+    settings = parse_console_settings(config)
+    assert settings.secure_cookies == "always"
+    assert settings.trusted_proxies == "*"  # only the gateway's pods connect (the test below)
+    service = docs[("console.yaml", "Service", "console")]
+    assert service["spec"]["selector"] == {"app": "console"}
+    assert [p["port"] for p in service["spec"]["ports"]] == [8080]
+    # The gateway: a console port, and the console's server block in its conf.d.
+    gateway = docs[("gateway.yaml", "Deployment", "gateway")]["spec"]["template"]["spec"]
+    [nginx] = gateway["containers"]
+    assert {"name": "console", "containerPort": 8444} in nginx["ports"]
+    gateway_service = docs[("gateway.yaml", "Service", "gateway")]["spec"]["ports"]
+    assert {"name": "console", "port": 8444, "targetPort": "console"} in gateway_service
+    servers = {v["name"]: v for v in gateway["volumes"]}["servers"]["configMap"]["name"]
+    block = docs[("gateway.yaml", "ConfigMap", servers)]["data"]["console.conf"]
+    _assert_console_block(block, "http://console.video-factory.svc:8080")
+
+
+def _selector_matches(selector: dict, labels: dict) -> bool:
+    if not selector.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expression in selector.get("matchExpressions", []):
+        value, operator = labels.get(expression["key"]), expression["operator"]
+        if operator == "In" and value not in expression["values"]:
+            return False
+        if operator == "NotIn" and value in expression["values"]:
+            return False
+        if operator == "Exists" and value is None:
+            return False
+        if operator == "DoesNotExist" and value is not None:
+            return False
+    return True
+
+
+def _admits(rule: dict, labels: dict, namespace: dict) -> bool:
+    """Whether an ingress rule admits a pod with these labels from this namespace."""
+    if not rule.get("from"):
+        return True
+    for peer in rule["from"]:
+        if "ipBlock" in peer:
+            return True  # pod addresses: assume the worst
+        if "namespaceSelector" in peer and not _selector_matches(
+            peer["namespaceSelector"], namespace
+        ):
+            continue
+        if _selector_matches(peer.get("podSelector", {}), labels):
+            return True
+    return False
+
+
+def test_network_policies_open_exactly_the_console_paths() -> None:
+    """gateway -> console:8080, and from the console: PostgreSQL, Redis, the gateway's S3
+    port; nothing else in the namespace admits it."""
+    policies = [doc for _, doc in manifests() if doc["kind"] == "NetworkPolicy"]
+    labels = {
+        doc["metadata"]["name"]: doc["spec"]["template"]["metadata"]["labels"]
+        for _, doc in manifests()
+        if _pods(doc)
+    }
+    namespace = {"kubernetes.io/metadata.name": "video-factory"}
+    console = labels["console"]
+    into_console = [p for p in policies if _selector_matches(p["spec"]["podSelector"], console)]
+    peers, ports = [], []
+    for policy in into_console:
+        assert policy["spec"]["policyTypes"] == ["Ingress"]
+        for rule in policy["spec"].get("ingress", []):
+            peers += rule["from"]
+            ports += rule["ports"]
+    assert peers == [{"podSelector": {"matchLabels": {"app": "gateway"}}}]
+    assert ports == [{"port": 8080, "protocol": "TCP"}]
+    targets = {
+        "redis": ({"app.kubernetes.io/name": "redis"}, {6379, 26379}),
+        "postgres": ({"app.kubernetes.io/name": "postgresql"}, {5432}),
+        "gateway": (labels["gateway"], {8443}),
+    }
+    reached = set()
+    for policy in policies:
+        for rule in policy["spec"].get("ingress", []):
+            if not _admits(rule, console, namespace):
+                continue
+            selector = policy["spec"]["podSelector"]
+            found = [n for n, (pod, _) in targets.items() if _selector_matches(selector, pod)]
+            assert found, f"{policy['metadata']['name']} admits the console"
+            for name in found:
+                opened = {p["port"] for p in rule.get("ports", [])}
+                assert opened and opened <= targets[name][1], (policy["metadata"]["name"], opened)
+                reached.add(name)
+    assert reached == set(targets)
+    for other, other_labels in labels.items():  # nothing but the gateway reaches the console
+        if other not in ("console", "gateway"):
+            for policy in into_console:
+                for rule in policy["spec"].get("ingress", []):
+                    assert not _admits(rule, other_labels, namespace), other
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _Upstream(http.server.BaseHTTPRequestHandler):
+    """The console as the gateway sees it: echoes the request's headers; the live stream sends
+    one event, waits for the test's word, then a second one."""
+
+    release = threading.Event()
+
+    def do_GET(self) -> None:
+        if self.path.endswith("/live"):
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.end_headers()
+            self.wfile.write(b"data: first\n\n")
+            self.wfile.flush()
+            self.release.wait(10)
+            self.wfile.write(b"data: second\n\n")
+            return
+        body = json.dumps({"path": self.path, "headers": dict(self.headers)}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def gateway_certs(tmp_path_factory) -> Path:
+    if shutil.which("nginx") is None:
+        pytest.fail("nginx is not installed; `scripts/test` installs nginx-light", pytrace=False)
+    root = tmp_path_factory.mktemp("gateway-pki")
+    for args in (["ca"], ["server", "gateway", "--host", "localhost", "--host", "127.0.0.1"]):
+        done = subprocess.run(
+            ["bash", str(REPO / "scripts" / "make-certs"), "--ca-dir", str(root / "ca"),
+             "--out", str(root / "certs"), *args],
+            capture_output=True, text=True, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+    return root / "certs"
+
+
+def _console_blocks() -> dict[str, tuple[dict[str, str], str]]:
+    """Each deployment's conf.d for the gateway, and the console's upstream in it."""
+    k8s = next(d for n, d in manifests() if n == "gateway.yaml" and d["kind"] == "ConfigMap")
+    compose = {p.name: p.read_text() for p in sorted((DOCKER / "nginx.d").glob("*.conf"))}
+    return {  # Kubernetes' Flower block names a Service that does not resolve here
+        "compose": (compose, "http://console-upstream:8080"),
+        "kubernetes": ({"console.conf": k8s["data"]["console.conf"]},
+                       "http://console.video-factory.svc:8080"),
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize("deployment", ["compose", "kubernetes"])
+def test_the_gateway_serves_the_console_over_server_tls(
+    deployment: str, gateway_certs: Path, tmp_path: Path
+) -> None:
+    """nginx-mtls.conf with the deployment's conf.d, run: no client certificate asked of a
+    browser, X-Forwarded-Proto/For set by the gateway whatever the client sent, each live
+    event passed on at once."""
+    upstream = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Upstream)
+    threading.Thread(target=upstream.serve_forever, daemon=True).start()
+    _Upstream.release.clear()
+    conf_d, console_upstream = _console_blocks()[deployment]
+    port = _free_port()
+    user = "\nuser root root;" if os.geteuid() == 0 else ""  # as root: workers as root too
+    swaps = {
+        "pid /tmp/nginx-mtls.pid;": f"pid {tmp_path}/nginx.pid;",
+        "error_log /dev/stderr info;": f"error_log {tmp_path}/error.log info;",
+        "access_log /dev/stdout s3;": f"access_log {tmp_path}/access.log s3;",
+        "/tmp/nginx-mtls-": f"{tmp_path}/nginx-",
+        "server minio:9000;": f"server 127.0.0.1:{_free_port()};",
+        "listen 8443 ssl;": f"listen 127.0.0.1:{_free_port()} ssl;",
+        "listen 5556 ssl;": f"listen 127.0.0.1:{_free_port()} ssl;",
+        "listen 8444 ssl;": f"listen 127.0.0.1:{port} ssl;",
+        console_upstream: f"http://127.0.0.1:{upstream.server_port}",
+        "/etc/nginx/certs/": f"{gateway_certs}/",
+        "include /etc/nginx/conf.d/*.conf;": f"include {tmp_path}/conf.d/*.conf;",
+        "worker_processes auto;": f"worker_processes 1;{user}",
+    }
+    (tmp_path / "conf.d").mkdir()
+    texts = {"nginx.conf": (DOCKER / "nginx-mtls.conf").read_text()} | {
+        f"conf.d/{name}": text for name, text in conf_d.items()
+    }
+    for name, text in texts.items():
+        for old, new in swaps.items():
+            text = text.replace(old, new)
+        (tmp_path / name).write_text(text)
+    assert console_upstream not in (tmp_path / "conf.d" / "console.conf").read_text()
+    nginx = ["nginx", "-p", str(tmp_path), "-e", str(tmp_path / "error.log"),
+             "-c", str(tmp_path / "nginx.conf")]  # fmt: skip
+    checked = subprocess.run([*nginx, "-t"], capture_output=True, text=True, check=False)
+    assert checked.returncode == 0, checked.stderr
+    server = subprocess.Popen([*nginx, "-g", "daemon off;"], stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 10
+        while True:
+            with socket.socket() as sock:
+                if sock.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            assert server.poll() is None, server.stderr.read().decode()
+            assert time.monotonic() < deadline, "the gateway does not listen"
+            time.sleep(0.05)
+        tls = ssl.create_default_context(cafile=str(gateway_certs / "ca.pem"))  # no client pair
+        for path in ("/api/v1/batches?limit=5", "/media/j1/final.mp4", "/"):
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=tls, timeout=10)
+            conn.request("GET", path, headers={"X-Forwarded-Proto": "http",
+                                               "X-Forwarded-For": "203.0.113.9"})  # fmt: skip
+            answer = conn.getresponse()
+            assert answer.status == 200, (path, answer.status)
+            seen = json.loads(answer.read())
+            conn.close()
+            headers = {k.lower(): v for k, v in seen["headers"].items()}
+            assert seen["path"] == path
+            assert headers["x-forwarded-proto"] == "https", path
+            assert headers["x-forwarded-for"] == "127.0.0.1", path  # replaced, not appended
+            assert headers["host"] == f"127.0.0.1:{port}", path
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=tls, timeout=5)
+        conn.request("GET", "/batches/night-1/live", headers={"Accept": "text/event-stream"})
+        answer = conn.getresponse()
+        assert answer.status == 200
+        assert answer.readline() == b"data: first\n"  # before the upstream's stream has ended
+        _Upstream.release.set()
+        assert b"data: second" in answer.read()
+        conn.close()
+    finally:
+        _Upstream.release.set()
+        server.terminate()
+        server.wait(10)
+        upstream.shutdown()
+        upstream.server_close()
