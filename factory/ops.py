@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import os
 import socket
 import threading
@@ -38,6 +39,7 @@ from factory.forecast import (
     segment_estimate,
 )
 from factory.manifest import Manifest, parse_manifest
+from factory.redo import RedoPlan, parse_range, plan_redo
 from factory.retention import gc_note
 from factory.spec import VideoSpec
 from factory.stages import Stage
@@ -46,6 +48,7 @@ from factory.submit import Submitted
 from factory.submit import submit as submit_manifest
 
 Dispatcher = Callable[[list[Job]], None]
+log = logging.getLogger("factory.ops")
 HISTORY_SECONDS = 300.0  # the forecast's history is re-read at most this often
 ETA_SECONDS = 30.0  # a batch's ETA is recomputed at most this often
 
@@ -300,6 +303,66 @@ class Operations:
         if end is not None and not result.fits:
             needed = gpus_needed(videos, history, start, end, gpu_kind)
         return BatchForecast(result, needed, len(history.samples))
+
+    def redo_plan(self, job_id: str, *, range_text: str, cascade: bool) -> tuple[Job, RedoPlan]:
+        """What a redo of `range_text` would make again, join, encode and cost (nothing is
+        written: `factory redo --dry-run` prints it)."""
+        from factory.pipeline.chunks import plan_chunks
+        from factory.pipeline.generate import video_plan
+
+        job = self.machine.get(job_id)
+        video = job.video
+        start, end = parse_range(range_text, video.duration)
+        chunks = [(c.index, tuple(s.index for s in c.segments)) for c in plan_chunks(video)]
+        seconds = {i: r.seconds for i, r in self.machine.segments(job_id).items()}
+        versions = [int(v["version"]) for v in job.progress.get("versions", [])]
+        current = int(job.progress.get("deliver", {}).get("version", 1))
+        plan = plan_redo(video, video_plan(video), chunks, seconds, start=start, end=end,
+                         cascade=cascade, version=max([current, *versions]) + 1)  # fmt: skip
+        return job, plan
+
+    def redo(
+        self,
+        job_id: str,
+        *,
+        range_text: str,
+        actor: str,
+        seed: int | None = None,
+        prompt: str | None = None,
+        reason: str = "",
+        cascade: bool = False,
+    ) -> tuple[RedoPlan, Job]:
+        """Start a redo: the plan's segments made again (new seed and/or prompt), joined,
+        encoded, checked and delivered as a new version; sent to the workers, or left for
+        the caller to run in-process when there is no broker (`run_here`)."""
+        if prompt is not None and not prompt.strip():
+            raise BadInput("must not be empty", field="--prompt")
+        if prompt is not None and len(prompt) > 2000:
+            raise BadInput("is longer than 2000 characters", field="--prompt")
+        _, plan = self.redo_plan(job_id, range_text=range_text, cascade=cascade)
+        job = self.machine.start_redo(job_id, plan=plan.to_dict(), seed=seed,
+                                      prompt=prompt.strip() if prompt else None,
+                                      reason=reason, actor=actor)  # fmt: skip
+        self._send([job])
+        return plan, job
+
+    def run_here(self, job_id: str, actor: str, observer: Any = None) -> Job:
+        """Run a job's remaining stages in this process (the embedded path)."""
+        from factory.pipeline.context import StageContext
+        from factory.pipeline.runner import run_job
+
+        ctx = StageContext.from_settings(self.settings, self.machine, self.factory.database)
+        worker = f"{socket.gethostname()}/{actor}-{os.getpid()}"
+        try:
+            return run_job(ctx, job_id, worker=worker, observer=observer)
+        except Exception:  # run_job records the job's own failures; this is everything else
+            log.exception("run.failed", extra={"job_id": job_id})
+            raise
+
+    @property
+    def in_process(self) -> bool:
+        """No broker: work started here is run here."""
+        return not self.settings.broker_url and self._dispatcher is None
 
     # --- acting ------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from factory.cli import forecast as cli_forecast
 from factory.cli import gc as cli_gc
 from factory.cli import gpu as cli_gpu
 from factory.cli import qc as cli_qc
+from factory.cli import redo as cli_redo
 from factory.cli import serve as cli_serve
 from factory.cli import topology as cli_topology
 from factory.config import Settings
@@ -491,7 +492,7 @@ def _stage(value: str, option: str) -> Stage:
 def _status_lines(job: Job, made: dict[int, SegmentRecord]) -> list[tuple[str, str]]:
     p = job.progress
     video = job.video
-    held = "last held by" if job.stage.is_terminal else "held by"
+    held = "last held by" if job.stage.is_terminal or job.stage.is_parked else "held by"
     lines = [
         ("job", job.job_id),
         ("batch", job.batch),
@@ -525,6 +526,20 @@ def _status_lines(job: Job, made: dict[int, SegmentRecord]) -> list[tuple[str, s
         )
     )
     lines.append(("qc", _qc_text(p.get("qc"), [r.seam for r in made.values() if r.seam])))
+    for entry in p.get("versions", []):
+        current = p.get("deliver", {}).get("version", 1) == entry["version"]
+        said = f"v{entry['version']}{' (delivered)' if current else ''} at {entry['at'][:19]}"
+        if "range" in entry:
+            start, end = entry["range"]
+            said += (f": redo {start:g}-{end:g} s, segments {entry['segments'][0]}-"
+                     f"{entry['segments'][-1]} by {entry.get('actor') or '?'}"
+                     + (f" ({entry['reason']})" if entry.get("reason") else ""))  # fmt: skip
+        lines.append(("version", said))
+    if redo := p.get("redo"):
+        why = redo.get("reason") or "no reason given"
+        lines.append(("redo", f"version {redo['version']} in progress: segments "
+                              f"{redo['segments'][0]}-{redo['segments'][-1]} of "
+                              f"{redo['start']:g}-{redo['end']:g} s ({why})"))  # fmt: skip
     if review := p.get("review"):
         said = review.get("reason") or review.get("note") or ""
         lines.append(
@@ -650,6 +665,7 @@ cli_qc.register(app)
 cli_forecast.register(app)
 cli_gc.register(app)
 cli_serve.register(app)
+cli_redo.register(app)
 
 
 def main(argv: list[str] | None = None) -> None:

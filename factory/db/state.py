@@ -789,6 +789,73 @@ class JobStateMachine:
             )  # fmt: skip
             return self._read(conn, job_id)
 
+    # --- redo a time range of a delivered job (factory/redo.py) ---------------------
+
+    def start_redo(
+        self, job_id: str, *, plan: dict[str, Any], seed: int | None, prompt: str | None,
+        reason: str, actor: str,
+    ) -> Job:  # fmt: skip
+        """A delivered job goes back to `generate` for the plan's segments only: they leave
+        ``progress.segments`` (the generate stage makes exactly those again, each from the
+        stored tail before it), the later stages start afresh, and the delivery stays as it
+        is until the new version passes QC. Fenced like requeue (attempt + 1)."""
+        with self.database.transaction() as conn:
+            job = self._read(conn, job_id, lock=True)
+            if job.stage is not Stage.DONE:
+                raise InvalidOperation(
+                    f"job {job_id} is {job.stage.value}; only a delivered (done) job can be "
+                    "redone" + ("; a redo of it is running" if job.progress.get("redo") else ""),
+                    field="job",
+                )
+            if job.progress.get("gc"):
+                raise InvalidOperation(
+                    f"job {job_id}: gc removed the segments and chunks a redo continues from; "
+                    "`factory requeue --from generate` makes the whole video again",
+                    field="job",
+                )
+            redone = set(plan["segments"])
+            join = plan.get("join")
+            source = None
+            if join is not None:
+                row = conn.execute(
+                    select(job_segments.c.attempt).where(
+                        job_segments.c.job_id == job_id, job_segments.c.segment == join
+                    )
+                ).first()
+                source = {"index": join, "attempt": row.attempt if row else None}
+            now = self.now(conn)
+            progress = {k: v for k, v in job.progress.items() if k not in ("encode", "mux", "qc")}
+            progress["segments"] = [i for i in job.progress["segments"] if i not in redone]
+            progress["frame"] = min(progress.get("frame", 0), plan["changed_start"])
+            if seed is not None:
+                progress["seeds"] = {**progress.get("seeds", {}),
+                                     **{str(i): seed for i in sorted(redone)}}  # fmt: skip
+            if prompt:
+                progress["prompts"] = {**progress.get("prompts", {}),
+                                       **{str(i): prompt for i in sorted(redone)}}  # fmt: skip
+            progress["redo"] = {
+                **plan, "seed": seed, "prompt": prompt, "reason": reason, "actor": actor,
+                "join_source": source, "at": now.isoformat(), "from_attempt": job.attempt,
+            }  # fmt: skip
+            progress["timings"] = {Stage.GENERATE.value: {"started_at": now.isoformat()}}
+            conn.execute(
+                update(jobs)
+                .where(jobs.c.job_id == job_id, jobs.c.attempt == job.attempt)
+                .values(stage=Stage.GENERATE.value, progress=progress, attempt=job.attempt + 1,
+                        stopped_stage=None, last_error=None, claimed_by=None, heartbeat_at=None,
+                        recoveries=0, updated_at=now)
+            )  # fmt: skip
+            detail = {
+                "range": f"{plan['start']:g}-{plan['end']:g}", "segments": plan["segments"],
+                "join": join, "chunks": plan["chunks"], "version": plan["version"],
+                "cascade": plan["cascade"], "reason": reason, **_by(actor),
+                **({"seed": seed} if seed is not None else {}),
+                **({"prompt": prompt} if prompt else {}),
+            }  # fmt: skip
+            self._event(conn, job_id, Stage.GENERATE, "redo.planned", job.attempt + 1,
+                        job.trace_id, detail)  # fmt: skip
+            return self._read(conn, job_id)
+
     # --- review (a batch with `review: required`) -----------------------------------
 
     def requires_review(self, batch: str) -> bool:

@@ -41,6 +41,19 @@ def _plan(frames: int, length: int, overlap: int, starts: tuple[int, ...], short
     return tuple(plan_segments(frames, length, overlap, starts, short))
 
 
+def scene_ids(job: Job) -> list[int]:
+    """Each segment's scene for the seam and drift checks: the manifest's scenes, where a
+    redo's new prompt starts a scene of its own (it may look different on purpose)."""
+    prompts = job.progress.get("prompts", {})
+    ids: list[int] = []
+    last: tuple[int, str | None] | None = None
+    for plan in video_plan(job.video):
+        key = (plan.scene, prompts.get(str(plan.index)))
+        ids.append(ids[-1] + (key != last) if ids else 0)
+        last = key
+    return ids
+
+
 @dataclass
 class WarmTail:
     """What a worker keeps in memory for the job's next segment (saves store reads): the tail
@@ -86,7 +99,12 @@ def generate_segment(
         if before is None:
             before = _stored_written_tail(ctx, job, plan.index - 1)
     scene = video.scenes[plan.scene]
-    prompt = ctx.prompt(video.model, scene.prompt, video.negative_prompt)
+    # A redo with a new prompt gives it to the segments it makes again (progress.prompts).
+    text = job.progress.get("prompts", {}).get(str(plan.index), scene.prompt)
+    prompt = ctx.prompt(video.model, text, video.negative_prompt)
+    redo = job.progress.get("redo")
+    join = _join_target(job, plan)
+    stored_next = _stored_join_source(ctx, job, join) if join is not None else None
     started = time.monotonic()
     spec = SegmentSpec(
         plan.index,
@@ -97,7 +115,8 @@ def generate_segment(
         plan.first_frame,
         plan.context,
     )
-    previous_scene = video_plan(video)[plan.index - 1].scene if plan.index else plan.scene
+    scenes = scene_ids(job)
+    previous_scene = scenes[plan.index - 1] if plan.index else scenes[plan.index]
     regeneration = 0
     while True:
         stitched, carried = _make(
@@ -112,17 +131,32 @@ def generate_segment(
                 seam=plan.index,
                 frame=plan.write_start,
                 fps=video.fps,
-                scene_change=plan.scene != previous_scene,
+                scene_change=scenes[plan.index] != previous_scene,
                 limits=ctx.qc,
             )
-        if seam is None or seam.passed:
+        joined = joined_seam = None
+        if join is not None and stored_next is not None:
+            joined = cross_fade(join, stitched.tail, stored_next)
+            joined_seam = score_seam(
+                np.ascontiguousarray(stitched.frames[-WINDOW:]),
+                joined,
+                join.context,
+                seam=join.index,
+                frame=join.write_start,
+                fps=video.fps,
+                scene_change=scenes[join.index] != scenes[plan.index],
+                limits=ctx.qc,
+            )
+        bad = next((s for s in (seam, joined_seam) if s is not None and not s.passed), None)
+        if bad is None:
             break
         if regeneration >= ctx.qc.regenerations:
             raise SeamFailed(
-                f"seam before segment {plan.index} ({seam.seconds:.2f} s) still fails after "
-                f"{regeneration} new seed(s): {'; '.join(seam.failures)}"
+                f"seam before segment {bad.seam} ({bad.seconds:.2f} s) still fails after "
+                f"{regeneration} new seed(s) of segment {plan.index}: {'; '.join(bad.failures)}"
             )
         regeneration += 1
+        seam = bad
         job = ctx.machine.checkpoint(
             job.job_id,
             attempt=job.attempt,
@@ -137,6 +171,10 @@ def generate_segment(
         )
     stopping.check()  # a holder that lost the job stops before it writes anything
     _store_segment(ctx, job, plan, stitched.frames, stitched.tail, carried)
+    if join is not None and joined is not None and joined_seam is not None:
+        # The join first: a crash between the two records leaves this segment to make again,
+        # which cross-fades the join again from the same stored source.
+        job = _record_join(ctx, job, join, joined, joined_seam, regeneration)
     seconds = round(time.monotonic() - started, 3)
     used = getattr(generator, "last_memory", None)
     gpu = (used or {}).get("gpu") or ctx.device
@@ -174,9 +212,87 @@ def generate_segment(
             "segment_frames": plan.frames,
         },
     )
+    if redo is not None:
+        ctx.machine.note(job.job_id, "redo.segment.done",
+                         {"segment": plan.index, "version": redo["version"], "seconds": seconds,
+                          **({"join": join.index} if join is not None else {})})  # fmt: skip
     written = np.ascontiguousarray(stitched.frames[-WINDOW:])
     tail_frames = np.ascontiguousarray(stitched.tail)
     return job, WarmTail(job.job_id, plan.index, tail_frames, written, carried)
+
+
+def cross_fade(plan: SegmentPlan, tail: np.ndarray, stored: np.ndarray) -> np.ndarray:
+    """A kept segment's written frames with its first ``context`` frames cross-faded again,
+    from a new previous tail into what it stored (the stitcher's weights); the rest as
+    stored, bit for bit."""
+    overlap = plan.context
+    out = stored.copy()
+    weights = (np.arange(1, overlap + 1, dtype=np.float32) / (overlap + 1))[:, None, None, None]
+    blended = (1 - weights) * tail[-overlap:].astype(np.float32) + weights * stored[
+        :overlap
+    ].astype(np.float32)
+    out[:overlap] = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
+    return out
+
+
+def _join_target(job: Job, plan: SegmentPlan) -> SegmentPlan | None:
+    """The untouched segment a redo joins into after ``plan``, if ``plan`` is its last one."""
+    redo = job.progress.get("redo")
+    if not redo or redo.get("join") is None or plan.index != redo["segments"][-1]:
+        return None
+    return video_plan(job.video)[redo["join"]]
+
+
+def _stored_join_source(ctx: StageContext, job: Job, join: SegmentPlan) -> np.ndarray:
+    """The joined segment's frames as the version before stored them (the redo's plan names
+    that version's file), never a join made since."""
+    video = job.video
+    source = job.progress["redo"]["join_source"]
+    key = keys.segment(video.batch, video.video_id, join.index, source["attempt"])
+    with ctx.store.local_path(key) as path:
+        return np.ascontiguousarray(read_frames(path, video.width, video.height))
+
+
+def _record_join(
+    ctx: StageContext,
+    job: Job,
+    join: SegmentPlan,
+    frames: np.ndarray,
+    seam: Any,
+    regeneration: int,
+) -> Job:
+    """The joined segment under this attempt's names: its new frames, and its tail as it was
+    (the segment after it continues from that, unchanged)."""
+    video = job.video
+    batch, name = video.batch, video.video_id
+    source = job.progress["redo"]["join_source"]["attempt"]
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
+        segment_file = ctx.work_dir(video) / scratch / "join.mkv"
+        write_segment(segment_file, frames, video.fps)
+        if join.tail:
+            with ctx.store.local_path(keys.tail(batch, name, join.index, source)) as tail:
+                ctx.store.put_file(keys.tail(batch, name, join.index, job.attempt), tail)
+        stopping.check()
+        ctx.store.put_file(keys.segment(batch, name, join.index, job.attempt), segment_file,
+                           move=True)  # fmt: skip
+    made = ctx.machine.segment(job.job_id, join.index)
+    record = SegmentRecord(
+        join.index,
+        job.attempt,
+        made.seconds if made else round(time.monotonic() - started, 3),
+        colour=colour_record(frames),
+        seam={**seam.to_dict(), "regenerations": regeneration, "join": True},
+        memory=made.memory if made else None,
+    )
+    return ctx.machine.record_segment(
+        job.job_id,
+        attempt=job.attempt,
+        record=record,
+        updates={},
+        detail={"segment": join.index, "join": True, "frames": join.write_count,
+                "seconds": round(time.monotonic() - started, 3)},
+    )  # fmt: skip
 
 
 def _make(
@@ -191,7 +307,8 @@ def _make(
     regeneration: int,
 ) -> tuple[Stitched, bytes | None]:
     video = job.video
-    seed = segment_seed(video.seed, plan.index, regeneration)
+    base = job.progress.get("seeds", {}).get(str(plan.index), video.seed)  # a redo's new seed
+    seed = segment_seed(base, plan.index, regeneration)
     carried = None
     if getattr(generator, "carries_latents", False):
         # A latent family continues the previous segment's latents (and noise, where the

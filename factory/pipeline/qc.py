@@ -25,7 +25,7 @@ from factory.pipeline.chunk_qc import ChunkMeasure, joined_result, measure_chunk
 from factory.pipeline.chunks import plan_chunks
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
-from factory.pipeline.generate import video_plan
+from factory.pipeline.generate import scene_ids, video_plan
 from factory.plan import SegmentPlan
 from factory.qc import gate, pictures, report
 from factory.qc.basic import expected_checks, probe_summary
@@ -74,7 +74,7 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
     records = [made.made[p.index] for p in plans if p.index in made.made]
     seams = [r.seam for r in records if r.index > 0 and r.seam is not None]
     colours = {str(r.index): r.colour for r in records if r.colour is not None}
-    drift = scene_drift([p.scene for p in plans], colours)
+    drift = scene_drift(scene_ids(job), colours)
     segment_checks = [
         gate.Check(
             f"segment_{index}_spread",

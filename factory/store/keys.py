@@ -74,9 +74,15 @@ def muxed(batch: str, video: str, rendition: str, attempt: int | None = None) ->
     return work(batch, video, f"{rendition}.mp4", attempt)
 
 
-def output(batch: str, video: str, rendition: str) -> str:
-    return f"{batch}/{video}/out/{rendition}.mp4"
+def delivery_prefix(batch: str, video: str, version: int = 1) -> str:
+    """Where a delivered version lives: version 1 at the job's own prefix (as before versions
+    existed), a redo's version N under `v{N}/` beside it; no version overwrites another."""
+    return f"{batch}/{video}" if version <= 1 else f"{batch}/{video}/v{version}"
 
 
-def qc_report(batch: str, video: str) -> str:
-    return f"{batch}/{video}/qc.json"
+def output(batch: str, video: str, rendition: str, version: int = 1) -> str:
+    return f"{delivery_prefix(batch, video, version)}/out/{rendition}.mp4"
+
+
+def qc_report(batch: str, video: str, version: int = 1) -> str:
+    return f"{delivery_prefix(batch, video, version)}/qc.json"

@@ -4,6 +4,7 @@ JSON: {"error": message, "field": path} or, for a manifest, {"problems": [{field
 
 from __future__ import annotations
 
+import secrets
 from typing import Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
@@ -40,6 +41,15 @@ class RejectBody(BaseModel):
 
 class ApproveBody(BaseModel):
     note: str = Field(default="", max_length=2000)
+
+
+class RedoBody(BaseModel):
+    range: str = Field(description="START-END to make again: 1:10-1:20, or 70-80 (seconds)")
+    seed: int | None = Field(default=None, ge=0, description="This seed; default a new one")
+    prompt: str | None = Field(default=None, max_length=2000, description="A new prompt")
+    reason: str = Field(default="", max_length=2000)
+    cascade: bool = False
+    dry_run: bool = False
 
 
 class TokenBody(BaseModel):
@@ -157,6 +167,25 @@ def reject(request: Request, job_id: str, body: RejectBody) -> dict[str, Any]:
     found = require_api(request, "operator")
     job = _ops(request).reject(job_id, actor=found.principal.actor, reason=body.reason)
     return job_summary(job)
+
+
+@router.post("/jobs/{job_id}/redo", summary="Make a time range again as a new version")
+def redo(request: Request, job_id: str, body: RedoBody) -> JSONResponse:
+    """The plan (`dry_run`: only the plan); then the segments covering the range are made
+    again, joined, the changed chunks encoded, QC'd and delivered as the next version. With a
+    broker the workers do it; embedded, this server does, in the background (202)."""
+    found = require_api(request, "operator")
+    ops = _ops(request)
+    if body.dry_run:
+        _, plan = ops.redo_plan(job_id, range_text=body.range, cascade=body.cascade)
+        return JSONResponse({"plan": plan.to_dict()})
+    seed = body.seed if body.seed is not None or body.prompt else secrets.randbits(31)
+    plan, job = ops.redo(job_id, range_text=body.range, actor=found.principal.actor, seed=seed,
+                         prompt=body.prompt, reason=body.reason, cascade=body.cascade)  # fmt: skip
+    if ops.in_process:
+        request.app.state.background.submit(ops.run_here, job_id, "redo")
+    return JSONResponse({"plan": plan.to_dict(), "job": job_summary(job), "seed": seed},
+                        status_code=202)  # fmt: skip
 
 
 @router.get("/tokens", summary="Every token (admin)")

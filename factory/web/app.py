@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI
     app.state.limiter = SignInLimiter(settings.console.signin_attempts)
     app.state.store = open_store(settings.store_url, settings.s3)
     app.state.thumbnails = Thumbnails(app.state.store)
+    # Embedded (no broker): work an action starts (a redo) runs here, one job at a time.
+    app.state.background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="factory-run")
     app.state.live = LiveHub(
         lambda batch: factory.jobs.list_jobs(batch=batch, limit=100_000),
         settings.console.live_every,

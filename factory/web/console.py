@@ -4,6 +4,7 @@ seams, pictures, checks, events and the actions. Every form carries the CSRF sec
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -174,6 +175,8 @@ def act(
     csrf: str = Form(""),
     reason: str = Form(""),
     from_stage: str = Form(""),
+    range_text: str = Form("", alias="range"),
+    prompt: str = Form(""),
 ) -> Response:
     found = require_page(request, "operator")
     check_csrf(found, csrf)
@@ -187,6 +190,13 @@ def act(
             ops.requeue(job_id, from_stage=Stage(from_stage) if from_stage else None, actor=actor)
         elif action == "cancel":
             ops.cancel(job_id, reason=reason, actor=actor)
+        elif action == "redo":
+            new_prompt = prompt.strip() or None
+            seed = None if new_prompt else secrets.randbits(31)
+            ops.redo(job_id, range_text=range_text, actor=actor, seed=seed, prompt=new_prompt,
+                     reason=reason)  # fmt: skip
+            if ops.in_process:
+                request.app.state.background.submit(ops.run_here, job_id, "redo")
         else:
             raise HTTPException(404, f"no action {action!r}")
     except (BadInput, ValueError) as exc:

@@ -37,20 +37,23 @@ def media_for(job: Job, name: str) -> Media | None:
     video = job.video
     progress = job.progress
     delivered = progress.get("deliver", {}).get("outputs", {})
+    version = int(progress.get("deliver", {}).get("version", 1))
     if name.endswith(".mp4") and name[:-4] in video.renditions:
         rendition = name[:-4]
         muxed = progress.get("mux", {}).get("muxed", {})
         if job.stage is not Stage.DONE and rendition in muxed:
             return Media(files.muxed(job, rendition), TYPES[".mp4"])  # what is being checked
         if rendition in delivered:
-            return Media(keys.output(video.batch, video.video_id, rendition), TYPES[".mp4"])
+            key = keys.output(video.batch, video.video_id, rendition, version)
+            return Media(key, TYPES[".mp4"])
         return None
     if name.endswith(".png") and name[:-4] in PICTURES:
         picture = name[:-4]
         if job.stage is not Stage.DONE and progress.get("qc", {}).get("pictures", {}).get(picture):
             return Media(files.qc_picture(job, picture), TYPES[".png"])
         if picture in delivered:
-            return Media(f"{keys.job_prefix(video.batch, video.video_id)}/{name}", TYPES[".png"])
+            prefix = keys.delivery_prefix(video.batch, video.video_id, version)
+            return Media(f"{prefix}/{name}", TYPES[".png"])
         return None
     return None
 

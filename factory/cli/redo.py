@@ -1,0 +1,98 @@
+"""`factory redo JOB --range 1:10-1:20`: make a time range of a delivered video again and
+deliver it as a new version (factory/redo.py says how; docs/jobs.md, "Redo")."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import sys
+
+import typer
+from rich.console import Console
+
+from factory.app import Factory
+from factory.config import Settings
+from factory.ops import Operations, job_summary, local_actor
+from factory.redo import describe
+from factory.runview import RunDisplay
+from factory.stages import Stage
+
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("redo")(redo)
+
+
+def redo(
+    job_id: str = typer.Argument(..., metavar="JOB"),
+    time_range: str = typer.Option(
+        ..., "--range", help="START-END of the video to make again: 1:10-1:20, or 70-80 (s)."
+    ),
+    new_seed: bool = typer.Option(
+        False,
+        "--new-seed",
+        help="A new random seed for the range (the default without --seed or --prompt).",
+    ),
+    seed: int | None = typer.Option(None, "--seed", min=0, help="This seed for the range."),
+    prompt: str | None = typer.Option(None, "--prompt", help="A new prompt for the range."),
+    reason: str = typer.Option("", "--reason", help="Why; kept with the new version."),
+    cascade: bool = typer.Option(
+        False,
+        "--cascade",
+        help="Make every segment from the range to the end again "
+        "(required where the next segment continues the previous one's latents).",
+    ),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan; change nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print JSON for scripts."),
+) -> None:
+    """Make the segments that cover a time range again, join them into the untouched rest,
+    encode only the chunks that changed, check the whole video and deliver it as a new
+    version beside the old one (which stays delivered if the new one fails QC)."""
+    if new_seed and seed is not None:
+        raise typer.BadParameter("give --new-seed or --seed N, not both", param_hint="--seed")
+    ops = Operations(Factory.open(Settings.from_env()), dispatcher=_dispatcher())
+    if dry_run:
+        job, plan = ops.redo_plan(job_id, range_text=time_range, cascade=cascade)
+        if as_json:
+            sys.stdout.write(json.dumps(plan.to_dict(), indent=2) + "\n")
+        else:
+            for line in describe(plan, job.video.fps):
+                out.print(line, markup=False)
+            if job.stage is not Stage.DONE:
+                err.print(f"note: {job_id} is {job.stage.value}; only a done job can be redone")
+        return
+    if seed is None and (new_seed or prompt is None):
+        seed = secrets.randbits(31)
+    plan, job = ops.redo(job_id, range_text=time_range, actor=local_actor(), seed=seed,
+                         prompt=prompt, reason=reason, cascade=cascade)  # fmt: skip
+    if not as_json:
+        for line in describe(plan, job.video.fps):
+            out.print(line, markup=False)
+        if seed is not None:
+            out.print(f"seed      {seed}")
+    if ops.in_process:
+        with RunDisplay(err, [job]) as display:
+            job = ops.run_here(job_id, "redo", observer=display)
+    if as_json:
+        sys.stdout.write(json.dumps({"plan": plan.to_dict(), "job": job_summary(job)}) + "\n")
+    elif job.stage is Stage.DONE:
+        out.print(f"{job_id}: version {plan.version} delivered")
+    elif ops.in_process:
+        error = (job.last_error or {}).get("message", "")
+        err.print(f"{job_id}: the redo stopped in {job.stopped_stage or job.stage}: {error}; "
+                  f"version {plan.version - 1} stays delivered. `factory status {job_id}` says "
+                  f"why, `factory requeue {job_id}` continues")  # fmt: skip
+    else:
+        out.print(f"{job_id}: redo sent to the workers (version {plan.version})")
+    if job.stage in (Stage.FAILED, Stage.CANCELLED):
+        raise typer.Exit(1)
+
+
+def _dispatcher():  # type: ignore[no-untyped-def]
+    if not Settings.from_env().broker_url:
+        return None
+    from factory.ops import celery_dispatch
+
+    return celery_dispatch

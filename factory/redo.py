@@ -1,0 +1,180 @@
+"""Redo a time range of a delivered video (`factory redo JOB --range 1:10-1:20`): which
+segments make it again, where the new part joins the untouched rest, which encode chunks
+change, and what it should cost. Pure planning over the job's records; nothing is written.
+
+Segment k writes the output frames [write_start, write_end) (factory/plan.py): its first
+`overlap` frames are a cross-fade from segment k-1's tail into its own. A range covers the
+segments whose written frames it touches. The first of them continues from the stored tail
+(or latents) of the segment before it, exactly as in the original run. After the last one:
+
+- pixel-tail families (the tail is frames): the untouched next segment is kept, and only its
+  first `overlap` written frames are cross-faded again, from the new tail into its stored
+  frames (the *join*); its seam is judged by the quality gate like any seam;
+- families whose next segment is conditioned on the previous one's latents (helios,
+  anyflow-far): the next segment cannot take a new past without being made again, so the
+  redo must run to the end of the video (`--cascade`), and the plan says so.
+
+Encode chunks are named by the segment files they are made of (factory/pipeline/files.py), so
+the chunks that hold a redone or joined segment get new names and are encoded again; every
+other chunk keeps its name and is reused as it is (stream copy in the join).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from factory.errors import BadInput
+from factory.plan import SegmentPlan
+from factory.spec import LATENT_FAMILIES, VideoSpec
+
+_CLOCK = re.compile(r"^(?:(\d+):)?(?:(\d+):)?(\d+(?:\.\d+)?)$")
+
+
+@dataclass(frozen=True)
+class RedoPlan:
+    start: float  # seconds, as asked
+    end: float
+    first_frame: int  # the output frames the range covers: [first_frame, end_frame)
+    end_frame: int
+    segments: tuple[int, ...]  # made again
+    join: int | None  # the untouched segment whose first overlap frames are cross-faded again
+    cascade: bool
+    why: str  # join or cascade, and why
+    chunks: tuple[int, ...]  # encoded again (per rendition)
+    chunks_total: int
+    gpu_seconds: float  # estimated from the recorded seconds of the segments made again
+    version: int  # the version this redo delivers
+    # Output frames that may differ from the version before: [changed_start, changed_end);
+    # every other frame is the previous version's, bit for bit (in the lossless segments).
+    changed_start: int
+    changed_end: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_range(text: str, duration: float) -> tuple[float, float]:
+    """`1:10-1:20`, `70-80`, `0:01:10.5-0:01:20`: (start, end) in seconds, checked against
+    the video's length; exit 2 naming --range otherwise."""
+    parts = text.strip().split("-")
+    if len(parts) != 2 or not all(parts):
+        raise BadInput(f"{text!r} is not START-END (e.g. 1:10-1:20 or 70-80)", field="--range")
+    start, end = (_seconds(part, text) for part in parts)
+    if end <= start:
+        raise BadInput(f"{text!r} ends before it starts (reversed or empty)", field="--range")
+    if start >= duration or end > duration + 1e-9:
+        raise BadInput(
+            f"{text!r} is outside the video, which is {_clock(duration)} ({duration:g} s) long",
+            field="--range",
+        )
+    return start, end
+
+
+def plan_redo(
+    video: VideoSpec,
+    plans: list[SegmentPlan],
+    chunks: list[tuple[int, tuple[int, ...]]],
+    seconds: Mapping[int, float],
+    *,
+    start: float,
+    end: float,
+    cascade: bool,
+    version: int,
+) -> RedoPlan:
+    """``chunks``: (chunk index, its segment indices); ``seconds``: each segment's recorded
+    generation time."""
+    first = int(start * video.fps + 1e-9)
+    last = min(video.frames_total, -int(-end * video.fps // 1))  # ceil
+    if last <= first:
+        raise BadInput(
+            f"{_clock(start)}-{_clock(end)} holds no whole frame at {video.fps} fps",
+            field="--range",
+        )
+    touched = [p.index for p in plans if p.write_start < last and p.write_end > first]
+    if not touched:
+        raise BadInput(f"{_clock(start)}-{_clock(end)} is inside no segment", field="--range")
+    a, b = touched[0], touched[-1]
+    latent = video.model.family in LATENT_FAMILIES
+    after = b + 1 if b + 1 < len(plans) else None
+    if after is None:
+        why = "the range reaches the last segment: nothing after it to join"
+        join, made = None, list(range(a, b + 1))
+    elif cascade:
+        why = f"--cascade: every segment from {a} to the end is made again"
+        join, made = None, list(range(a, len(plans)))
+    elif latent:
+        raise BadInput(
+            f"{video.model.family} continues each segment from the previous one's latents, so "
+            f"segment {after} cannot take a new past without being made again: give --cascade "
+            f"to make segments {a}-{len(plans) - 1} again ({len(plans) - a} segments)",
+            field="--cascade",
+        )
+    else:
+        why = (
+            f"segment {after} is kept: its first {plans[after].context} frames are cross-faded "
+            "again from the new tail into its stored frames, and that seam is judged"
+        )
+        join, made = after, list(range(a, b + 1))
+    changed = set(made) | ({join} if join is not None else set())
+    redo_chunks = tuple(index for index, members in chunks if changed & set(members))
+    estimate = sum(seconds.get(i, 0.0) for i in made)
+    if join is not None:
+        changed_end = plans[join].write_start + plans[join].context
+    else:
+        changed_end = plans[made[-1]].write_end
+    return RedoPlan(
+        start=start,
+        end=end,
+        first_frame=first,
+        end_frame=last,
+        segments=tuple(made),
+        join=join,
+        cascade=cascade or after is None,
+        why=why,
+        chunks=redo_chunks,
+        chunks_total=len(chunks),
+        gpu_seconds=round(estimate, 2),
+        version=version,
+        changed_start=plans[a].write_start,
+        changed_end=changed_end,
+    )
+
+
+def describe(plan: RedoPlan, fps: int) -> list[str]:
+    """The plan in lines for people (`--dry-run` prints them)."""
+    segments = plan.segments
+    lines = [
+        f"range     {_clock(plan.start)}-{_clock(plan.end)}: frames {plan.first_frame}-"
+        f"{plan.end_frame - 1} at {fps} fps",
+        f"segments  {segments[0]}-{segments[-1]} made again ({len(segments)}), "
+        f"about {plan.gpu_seconds:.1f} GPU-seconds from their recorded timings",
+        f"after     {plan.why}",
+        f"encode    chunks {', '.join(map(str, plan.chunks))} again, per rendition "
+        f"({len(plan.chunks)} of {plan.chunks_total}); the others are reused by stream copy",
+        f"delivers  version {plan.version}, beside the ones before; QC must pass first",
+    ]
+    return lines
+
+
+def _seconds(part: str, whole: str) -> float:
+    match = _CLOCK.match(part.strip())
+    if match is None:
+        raise BadInput(
+            f"{part!r} in {whole!r} is not a time: seconds (70, 70.5) or M:SS or H:MM:SS",
+            field="--range",
+        )
+    a, b, c = match.groups()
+    numbers = [float(x) for x in (a, b, c) if x is not None]
+    total = 0.0
+    for number in numbers:
+        total = total * 60 + number
+    return total
+
+
+def _clock(seconds: float) -> str:
+    minutes, rest = divmod(seconds, 60)
+    text = f"{int(minutes)}:{rest:05.2f}" if rest % 1 else f"{int(minutes)}:{int(rest):02d}"
+    return text
