@@ -30,7 +30,7 @@ from factory.stages import Stage
 from factory.store import keys
 from factory.submit import submit
 from tests.conftest import run_cli
-from tests.integration.cluster import Cluster, manifest, output_digests
+from tests.integration.cluster import Cluster, manifest
 from tests.integration.test_pipeline import home_env, in_process
 
 FPS = 12
@@ -253,7 +253,9 @@ def test_a_bad_join_is_made_again_with_a_new_seed(tmp_path: Path) -> None:
 
 def test_kill_9_mid_redo_recovers_with_identical_output(cluster: Cluster, tmp_path: Path):
     """Two identical videos; the same redo of both; a GPU worker killed in the middle of one.
-    Both deliver version 2, byte for byte the same."""
+    The killed one resumes from its last recorded segment and makes the same frames: both
+    version 2s hold the same lossless video and decode to the same pictures (within the
+    encoder: see docs/jobs.md, "Redo")."""
     path = manifest(tmp_path / "m.yaml", "twins", videos=2, seconds_per_segment=0.3, duration=12)
     path.write_text(re.sub(r"scene number \d", "same", path.read_text()))
     cluster.start_workers(gpus=1)
@@ -272,9 +274,28 @@ def test_kill_9_mid_redo_recovers_with_identical_output(cluster: Cluster, tmp_pa
     jobs = cluster.wait_done(ids, timeout=300)
     assert [j.stage for j in jobs] == [Stage.DONE, Stage.DONE], cluster.logs()
     assert [j.progress["deliver"]["version"] for j in jobs] == [2, 2]
+    assert [e for e in machine.events(ids[1]) if e.event == "recovered"], "not taken over"
     store = cluster.home / "store"
-    twins = [store / j.batch / j.spec["video_id"] / "v2" / "out" for j in jobs]
-    assert digests(twins[0] / "mobile.mp4") == digests(twins[1] / "mobile.mp4")
-    assert output_digests(store, jobs[0]) == output_digests(store, jobs[1])  # version 1 too
-    recovered = [e for e in machine.events(ids[1]) if e.event == "recovered"]
-    assert recovered, "the killed worker's redo was not taken over"
+    made = [machine.segments(j.job_id) for j in jobs]
+    videos = [
+        np.concatenate([read_frames(store / keys.segment(j.batch, j.spec["video_id"], i, r.attempt),
+                                    96, 64) for i, r in sorted(m.items())])
+        for j, m in zip(jobs, made, strict=True)
+    ]  # fmt: skip
+    assert np.array_equal(videos[0], videos[1])  # every frame made again is the same
+    assert [r.seam for r in made[0].values()] == [r.seam for r in made[1].values()]
+    pictures = [decode(store / j.batch / j.spec["video_id"] / "v2/out/mobile.mp4") for j in jobs]
+    assert len(pictures[0]) == len(pictures[1]) == 96
+    assert min(psnr(a, b) for a, b in zip(*pictures, strict=True)) > 40
+
+
+def decode(path: Path) -> list[np.ndarray]:
+    import av
+
+    with av.open(str(path)) as container:
+        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+
+
+def psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return 99.0 if mse == 0 else 10 * float(np.log10(255**2 / mse))
