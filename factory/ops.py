@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import logging
 import os
@@ -240,7 +241,7 @@ class Operations:
             raise BadInput(f"no batch named {name!r}", field="batch")
         view = found[0]
         if with_eta and not view.finished:
-            view = BatchView(**{**view.__dict__, "eta": self.eta(name)})
+            view = dataclasses.replace(view, eta=self.eta(name))
         return view
 
     def eta(self, batch: str) -> datetime | None:
@@ -413,10 +414,10 @@ class Operations:
     def approve(self, job_id: str, *, actor: str, note: str = "") -> Job:
         """Approved: delivered by the workers (with a broker) or here and now (embedded)."""
         job = self.machine.approve(job_id, actor=actor, note=note)
-        if self.settings.broker_url or self._dispatcher is not None:
+        if not self.in_process:
             self._send([job])
             return job
-        return self._deliver_here(job, actor)
+        return self.run_here(job.job_id, "approve")
 
     def reject(self, job_id: str, *, actor: str, reason: str) -> Job:
         job = self.machine.reject(job_id, actor=actor, reason=reason)
@@ -432,14 +433,6 @@ class Operations:
             self._dispatcher(found)
         elif self.settings.broker_url:
             celery_dispatch(found)
-
-    def _deliver_here(self, job: Job, actor: str) -> Job:
-        from factory.pipeline.context import StageContext  # the media stack: only when needed
-        from factory.pipeline.runner import run_job
-
-        ctx = StageContext.from_settings(self.settings, self.machine, self.factory.database)
-        worker = f"{socket.gethostname()}/approve-{os.getpid()}"
-        return run_job(ctx, job.job_id, worker=f"{worker} for {actor}")
 
     def _recent_history(self) -> History:
         with self._history_lock:

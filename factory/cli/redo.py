@@ -52,6 +52,8 @@ def redo(
     version beside the old one (which stays delivered if the new one fails QC)."""
     if new_seed and seed is not None:
         raise typer.BadParameter("give --new-seed or --seed N, not both", param_hint="--seed")
+    from factory.cli.main import _dispatcher  # main registers this command: imported late
+
     ops = Operations(Factory.open(Settings.from_env()), dispatcher=_dispatcher())
     if dry_run:
         job, plan = ops.redo_plan(job_id, range_text=time_range, cascade=cascade)
@@ -88,11 +90,3 @@ def redo(
         out.print(f"{job_id}: redo sent to the workers (version {plan.version})")
     if job.stage in (Stage.FAILED, Stage.CANCELLED):
         raise typer.Exit(1)
-
-
-def _dispatcher():  # type: ignore[no-untyped-def]
-    if not Settings.from_env().broker_url:
-        return None
-    from factory.ops import celery_dispatch
-
-    return celery_dispatch

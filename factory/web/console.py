@@ -29,6 +29,7 @@ from factory.web.auth import (
     secure_cookies,
 )
 from factory.web.live import card
+from factory.web.media import media_for
 
 router = APIRouter()
 
@@ -150,8 +151,6 @@ def job_page(request: Request, job_id: str, done: str = "", error: str = "",
     job = view.job
     video = job.video
     events = ops.events(job_id)
-    from factory.web.media import media_for
-
     players = [r for r in video.renditions if media_for(job, f"{r}.mp4")]
     pictures = [p for p in ("contact", "quality") if media_for(job, f"{p}.png")]
     seams = [s | {"left": round(100 * s.get("seconds", 0) / max(video.duration, 1e-6), 2)}
