@@ -14,7 +14,8 @@ option"), so every x265 key is checked here against the options x265 4.x knows.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,10 +102,14 @@ def encoder_args(preset: Preset, fps: int) -> list[str]:
             "-x264-params", "repeat-headers=1", "-tag:v", "avc1"]  # fmt: skip
 
 
-def video_filter(preset: Preset, fps: int, source: tuple[int, int]) -> str:
-    """Frame timestamps renumbered from the frame index (exact durations), then scaled."""
+def video_filter(
+    preset: Preset, fps: int, source: tuple[int, int], trim: tuple[int, int] | None = None
+) -> str:
+    """Frame timestamps renumbered from the frame index (exact durations), then scaled;
+    ``trim``: only the input's frames [first, end)."""
     width, height = preset.output_size(*source)
-    steps = [f"settb=1/{fps}", "setpts=N"]
+    steps = [f"trim=start_frame={trim[0]}:end_frame={trim[1]}"] if trim else []
+    steps += [f"settb=1/{fps}", "setpts=N"]
     if (width, height) != source:
         steps.append(f"scale={width}:{height}:flags=lanczos")
     steps.append(f"scale=out_color_matrix=bt709:out_range=tv,format={preset.pix_fmt}")
@@ -112,15 +117,30 @@ def video_filter(preset: Preset, fps: int, source: tuple[int, int]) -> str:
 
 
 def encode_argv(
-    exe: str, preset: Preset, fps: int, source: tuple[int, int], concat_list: Path, output: Path
+    exe: str,
+    preset: Preset,
+    fps: int,
+    source: tuple[int, int],
+    concat_list: Path,
+    output: Path,
+    *,
+    trim: tuple[int, int] | None = None,
+    keyframes: Sequence[int] | None = None,
 ) -> list[str]:
-    """Encode the frames listed in an ffconcat file (segment intermediates) to one MP4."""
+    """Encode the frames listed in an ffconcat file (segment intermediates) to one MP4:
+    all of them, or the frames [first, end) of ``trim``. ``keyframes``: frames (of the
+    output) that must start a closed GOP, besides the encoder's own every GOP_SECONDS."""
+    forced: list[str] = []
+    if keyframes:
+        # ffmpeg forces the first frame at or after each time: rounding up would miss it.
+        times = ",".join(f"{math.floor(frame / fps * 1e6) / 1e6:.6f}" for frame in keyframes)
+        forced = ["-force_key_frames", times, "-forced-idr", "1"]
     return [
         exe, *QUIET,
         "-f", "concat", "-safe", "0", "-i", str(concat_list),
         "-map", "0:v:0", "-an",
-        "-vf", video_filter(preset, fps, source), "-r", str(fps),
-        *encoder_args(preset, fps),
+        "-vf", video_filter(preset, fps, source, trim), "-r", str(fps),
+        *encoder_args(preset, fps), *forced,
         "-colorspace", "bt709", "-color_primaries", "bt709", "-color_trc", "bt709",
         "-movflags", "+faststart", "-f", "mp4", str(output),
     ]  # fmt: skip
