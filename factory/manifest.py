@@ -28,7 +28,9 @@ from factory.errors import FieldProblem, ManifestError, PermanentError
 from factory.generate.families import FAMILIES
 from factory.safeyaml import DocumentError, load_json, load_yaml
 from factory.spec import (
+    DEFAULT_KEYFRAMES,
     DIFFUSERS_FAMILIES,
+    KEYFRAME_LAYOUTS,
     MODEL_FAMILIES,
     AudioChoice,
     LoraChoice,
@@ -216,6 +218,7 @@ class VideoSettings(_Strict):
     segment: SegmentSettings | None = None
     renditions: list[Literal[RENDITIONS]] | None = Field(default=None, min_length=1)  # type: ignore[valid-type]
     audio: AudioSettings | None = None
+    keyframes: Literal[KEYFRAME_LAYOUTS] | None = None  # type: ignore[valid-type]
 
     @field_validator("audio", mode="before")
     @classmethod
@@ -252,6 +255,7 @@ _BUILTIN_DEFAULTS: dict[str, Any] = {
     "segment": SegmentSettings(),  # all from the family, or the defaults
     "renditions": list(DEFAULT_RENDITIONS),
     "audio": None,
+    "keyframes": DEFAULT_KEYFRAMES,
 }
 _MERGED_FIELDS = tuple(VideoSettings.model_fields)
 
@@ -422,6 +426,7 @@ def _resolve(
         segment_overlap=segment.overlap,
         renditions=tuple(values["renditions"]),
         audio=AudioChoice(audio.asset, audio.gain_db, audio.loop) if audio else None,
+        keyframes=values["keyframes"] or DEFAULT_KEYFRAMES,
     )
     if not entry.id:
         content = {k: v for k, v in spec.to_dict().items() if k not in ("batch", "video_id")}
@@ -631,4 +636,5 @@ def _entry_of(spec: VideoSpec) -> dict[str, Any]:
         if audio
         else "silence",
         "scenes": [{"start": s.start, "end": s.end, "prompt": s.prompt} for s in spec.scenes],
+        **({"keyframes": spec.keyframes} if spec.keyframes != DEFAULT_KEYFRAMES else {}),
     }

@@ -20,6 +20,8 @@ DIFFUSERS_FAMILIES = ("skyreels-v2-df", "wan", "ltx-video", "helios", "anyflow-f
 LATENT_FAMILIES = ("helios", "anyflow-far")
 CPU_FAMILIES = ("procedural", "timed")
 MODEL_FAMILIES = CPU_FAMILIES + DIFFUSERS_FAMILIES
+KEYFRAME_LAYOUTS = ("every-2s", "segments")
+DEFAULT_KEYFRAMES = "every-2s"
 
 
 @dataclass(frozen=True)
@@ -68,6 +70,9 @@ class VideoSpec:
     segment_overlap: int
     renditions: tuple[str, ...]
     audio: AudioChoice | None
+    # Where encoded GOPs start (factory/pipeline/chunks.py): `every-2s` from each chunk's
+    # start, or `segments`: at every segment's first frame too, so a redo replaces whole GOPs.
+    keyframes: str = DEFAULT_KEYFRAMES
 
     @property
     def job_id(self) -> str:
@@ -105,6 +110,7 @@ class VideoSpec:
             "segment": {"frames": self.segment_frames, "overlap": self.segment_overlap},
             "renditions": list(self.renditions),
             "audio": asdict(self.audio) if self.audio else None,
+            **({"keyframes": self.keyframes} if self.keyframes != DEFAULT_KEYFRAMES else {}),
         }
 
     @classmethod
@@ -127,6 +133,7 @@ class VideoSpec:
             segment_overlap=int(data["segment"]["overlap"]),
             renditions=tuple(data["renditions"]),
             audio=AudioChoice(**audio) if audio else None,
+            keyframes=data.get("keyframes", DEFAULT_KEYFRAMES),
         )
 
     def canonical_json(self) -> str:
