@@ -1,18 +1,22 @@
 """Redo benchmark: a 10 s redo inside a 120 s video against making the whole video, and what
 stays bit for bit the same.
 
-    python bench/redo.py [--duration 120] [--range 70-80] [--resolution 640x360]
+    python bench/redo.py [--duration 120] [--range 70-80] [--second-range 53-58]
+                         [--resolution 640x360] [--keyframes every-2s|segments|both]
 
 One video as the nightly example makes them (16 fps, segments of 48 frames with 8 of overlap,
 three renditions, the procedural generator), made once in this process (version 1: the
-baseline), then `factory redo --range` of it with a new seed (version 2). Reported:
+baseline), then `factory redo --range` of it with a new seed (version 2), then a redo of a
+second range whose first changed frame is not on the 2 s keyframe grid (version 3, against
+version 2); for each keyframe layout (`every-2s`, the default, and `segments`). Reported:
 - wall time of the redo / wall time of version 1 (both: generate, encode, mux, QC, deliver),
-  and the same for generate + encode only (the issue's target: <= 0.15);
-- encoder runs: chunks encoded for version 1 and for the redo, per rendition;
-- frames: the lossless segments (what every rendition is encoded from) outside the planned
-  changed frames compared with version 1's, bit for bit; and each delivered rendition decoded
-  and compared frame by frame: identical outside the re-encoded chunks; frames in re-encoded
-  chunks but outside the changed range are re-encoded (PSNR given), not copied.
+  and the same for the generate + encode stages (the issue's target: <= 0.15);
+- frames encoded again per rendition (only the GOPs holding changed frames) of the video's;
+- frames: the lossless segments outside the changed range compared with version 1's, bit for
+  bit; each delivered rendition decoded and compared frame by frame: outside the re-encoded
+  GOPs (copied packets), inside them but outside the changed range (PSNR), and (the issue's
+  criterion) outside the redone segments and the segment joined into;
+- the bits the `segments` layout costs: version 1's delivered size against `every-2s`'s.
 """
 
 from __future__ import annotations
@@ -28,12 +32,14 @@ from pathlib import Path
 
 import numpy as np
 
+STAGES = ("generate", "encode")
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from factory.manifest import parse_manifest  # noqa: E402
 from factory.media.intermediate import read_frames  # noqa: E402
-from factory.pipeline.chunks import plan_chunks  # noqa: E402
+from factory.pipeline.chunks import chunk_keyframes, plan_chunks  # noqa: E402
+from factory.pipeline.generate import video_plan  # noqa: E402
 from factory.store import keys  # noqa: E402
 
 
@@ -72,12 +78,7 @@ def psnr(a: np.ndarray, b: np.ndarray) -> float:
     return float("inf") if mse == 0 else 10 * np.log10(255**2 / mse)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--duration", type=float, default=120)
-    parser.add_argument("--range", default="70-80")
-    parser.add_argument("--resolution", default="640x360")
-    args = parser.parse_args()
+def run_layout(args: argparse.Namespace, layout: str) -> dict:
     width, height = (int(v) for v in args.resolution.split("x"))
     with tempfile.TemporaryDirectory() as scratch:
         home = Path(scratch) / "home"
@@ -92,75 +93,125 @@ def main() -> None:
         text = (
             f"batch: bench\ndefaults: {{duration: {args.duration:g}, fps: 16, "
             f"resolution: {args.resolution}, segment: {{frames: 48, overlap: 8}}, "
-            "renditions: [master, mobile, compat]}\n"
+            f"renditions: [master, mobile, compat], keyframes: {layout}}}\n"
             "videos:\n  - {id: long, prompt: 'a harbor at dawn, boats, gulls, slow pan'}\n"
         )
         manifest = Path(scratch) / "m.yaml"
         manifest.write_text(text)
         store = home / "store"
-        whole, _ = factory("run", str(manifest), env=env)
-        v1 = status(env)
-        v1_records = {s["index"]: s.get("attempt") for s in v1["segments_made"]}
-        chunk_dir = store / "bench" / "long" / "chunks"
-        renditions = ("master", "mobile", "compat")
-        before = {r: {p.name for p in (chunk_dir / r).iterdir()} for r in renditions}
-        plan = json.loads(factory("redo", "bench.long", "--range", args.range, "--dry-run",
-                                  "--json", env=env)[1].stdout)  # fmt: skip
-        redo, _ = factory("redo", "bench.long", "--range", args.range, "--seed", "7",
-                          "--reason", "bench", env=env)  # fmt: skip
-        v2 = status(env)
-        v2_records = {s["index"]: s.get("attempt") for s in v2["segments_made"]}
-        made = {r: len({p.name for p in (chunk_dir / r).iterdir()} - before[r]) for r in before}
-
-        def gen_encode(timings: dict) -> float:
-            stages = ("generate", "encode")
-            return sum(timings.get(stage, {}).get("seconds", 0.0) for stage in stages)
-
-        print(f"video {args.duration:g} s at 16 fps, {args.resolution}; redo {args.range} "
-              f"(segments {plan['segments'][0]}-{plan['segments'][-1]}, join {plan['join']}, "
-              f"chunks {plan['chunks']} of {plan['chunks_total']})")  # fmt: skip
-        print(f"wall time: version 1 {whole:.1f} s, redo {redo:.1f} s: ratio {redo / whole:.3f}")
-        g1, g2 = gen_encode(v1["progress"]["timings"]), gen_encode(v2["progress"]["timings"])
-        print(f"generate + encode stages: version 1 {g1:.1f} s, redo {g2:.1f} s: "
-              f"ratio {g2 / g1:.3f} (target <= 0.15)")  # fmt: skip
-        total = plan["chunks_total"]
-        print("chunks encoded by the redo per rendition: "
-              + ", ".join(f"{r} {n} of {total}" for r, n in made.items()))  # fmt: skip
-
-        start, end = plan["changed_start"], plan["changed_end"]
-        a = lossless(store, v1_records, width, height)
-        b = lossless(store, v2_records, width, height)
-        outside = np.ones(len(a), bool)
-        outside[start:end] = False
-        same = [np.array_equal(a[i], b[i]) for i in np.flatnonzero(outside)]
-        print(f"lossless frames outside {start}-{end - 1}: {sum(same)} of {len(same)} identical")
-
         video = parse_manifest(text).videos[0]
-        bounds, first = [], 0
-        for chunk in plan_chunks(video):
-            bounds.append((chunk.index, first, first + chunk.frames))
-            first += chunk.frames
-        redone = set(plan["chunks"])
-        for rendition in ("master", "mobile", "compat"):
-            old = decode_all(store / keys.output("bench", "long", rendition, 1))
-            new = decode_all(store / keys.output("bench", "long", rendition, 2))
-            kept_same = kept_total = reenc_total = reenc_same = 0
-            worst = float("inf")
-            for index, lo, hi in bounds:
-                for i in range(lo, hi):
-                    if not outside[i]:
-                        continue
-                    equal = np.array_equal(old[i], new[i])
-                    if index in redone:
-                        reenc_total += 1
-                        reenc_same += equal
-                        worst = min(worst, psnr(old[i], new[i]))
-                    else:
-                        kept_total += 1
-                        kept_same += equal
-            print(f"{rendition:7} decoded: untouched chunks {kept_same} of {kept_total} frames "
-                  f"identical; re-encoded chunks, outside the range: {reenc_same} of "
-                  f"{reenc_total} identical, worst PSNR {worst:.1f} dB")  # fmt: skip
+        whole, _ = factory("run", str(manifest), env=env)
+        before = status(env)
+        result = {"layout": layout, "frames_total": video.frames_total, "whole": whole,
+                  "redos": []}  # fmt: skip
+        # The issue's range, then one whose first changed frame is not on the 2 s grid.
+        for number, text_range in enumerate((args.range, args.second_range), start=2):
+            plan = json.loads(factory("redo", "bench.long", "--range", text_range,
+                                      "--dry-run", "--json", env=env)[1].stdout)  # fmt: skip
+            redo, _ = factory("redo", "bench.long", "--range", text_range, "--seed",
+                              str(number), "--reason", "bench", env=env)  # fmt: skip
+            after = status(env)
+            figures = compare(store, video, plan, before, after, (width, height), number)
+            figures |= {"range": text_range, "plan": plan, "wall": redo,
+                        "gen_encode": gen_encode(after)}  # fmt: skip
+            result["redos"].append(figures)
+            if number == 2:
+                result["v1_gen_encode"] = gen_encode(before)
+            before = after
+        return result
+
+
+def gen_encode(status_json: dict) -> float:
+    timings = status_json["progress"]["timings"]
+    return sum(timings.get(stage, {}).get("seconds", 0.0) for stage in STAGES)
+
+
+def compare(store: Path, video, plan: dict, before: dict, after: dict, size: tuple[int, int],
+            version: int) -> dict:  # fmt: skip
+    """Version ``version`` against the one before it: lossless frames, and each rendition
+    decoded, in three sets: GOPs copied, GOPs encoded again but outside the changed frames,
+    and (the issue's criterion) everything outside the redone segments and the joined one."""
+    width, height = size
+    old_records = {s["index"]: s.get("attempt") for s in before["segments_made"]}
+    new_records = {s["index"]: s.get("attempt") for s in after["segments_made"]}
+    start, end = plan["changed_start"], plan["changed_end"]
+    a = lossless(store, old_records, width, height)
+    b = lossless(store, new_records, width, height)
+    outside = np.ones(len(a), bool)
+    outside[start:end] = False
+    same = [np.array_equal(a[i], b[i]) for i in np.flatnonzero(outside)]
+    plans = video_plan(video)
+    last = plan["join"] if plan["join"] is not None else plan["segments"][-1]
+    redone = np.zeros(len(a), bool)
+    redone[plans[plan["segments"][0]].write_start : plans[last].write_end] = True
+    reencoded = np.zeros(len(a), bool)
+    for chunk in plan_chunks(video):
+        if chunk.index not in plan["chunks"]:
+            continue
+        starts = chunk_keyframes(video, chunk)
+        for lo, hi in zip(starts, [*starts[1:], chunk.frames], strict=True):
+            first = chunk.first_frame
+            if first + lo < end and first + hi > start:
+                reencoded[first + lo : first + hi] = True
+    figures: dict = {"lossless": (sum(same), len(same)), "renditions": {}}
+    for rendition in ("master", "mobile", "compat"):
+        old_file = store / keys.output("bench", "long", rendition, version - 1)
+        old = decode_all(old_file)
+        new = decode_all(store / keys.output("bench", "long", rendition, version))
+        equal = [np.array_equal(old[i], new[i]) for i in range(len(old))]
+        copied = [equal[i] for i in range(len(old)) if outside[i] and not reencoded[i]]
+        margin = [i for i in range(len(old)) if outside[i] and reencoded[i]]
+        worst = min((psnr(old[i], new[i]) for i in margin), default=float("inf"))
+        kept = [equal[i] for i in range(len(old)) if not redone[i]]
+        figures["renditions"][rendition] = {
+            "copied": (sum(copied), len(copied)),
+            "margin": (sum(equal[i] for i in margin), len(margin), worst),
+            "outside_redone": (sum(kept), len(kept)),
+            "bytes": old_file.stat().st_size,
+        }
+    return figures
+
+
+def report(r: dict) -> None:
+    print(f"\n== keyframes: {r['layout']}; version 1 made in {r['whole']:.1f} s")
+    for redo in r["redos"]:
+        plan, g1, g2 = redo["plan"], r["v1_gen_encode"], redo["gen_encode"]
+        print(f"-- redo {redo['range']}: segments {plan['segments'][0]}-{plan['segments'][-1]}, "
+              f"join {plan['join']}, chunks {plan['chunks']} of {plan['chunks_total']}, "
+              f"changed frames {plan['changed_start']}-{plan['changed_end'] - 1}")  # fmt: skip
+        print(f"wall time: redo {redo['wall']:.1f} s / version 1 {r['whole']:.1f} s: "
+              f"ratio {redo['wall'] / r['whole']:.3f}")  # fmt: skip
+        print(f"generate + encode stages: redo {g2:.1f} s / version 1 {g1:.1f} s: "
+              f"ratio {g2 / g1:.3f} (target <= 0.15)")  # fmt: skip
+        print(f"frames encoded again per rendition: {plan['encode_frames']} of "
+              f"{r['frames_total']} (the changed chunks hold {plan['chunks_frames']})")  # fmt: skip
+        same, total = redo["lossless"]
+        print(f"lossless frames outside the changed range: {same} of {total} identical")
+        for rendition, figures in redo["renditions"].items():
+            copied, margin, kept = figures["copied"], figures["margin"], figures["outside_redone"]
+            print(f"{rendition:7} decoded: copied GOPs {copied[0]}/{copied[1]} identical; "
+                  f"re-encoded, unchanged frames {margin[0]}/{margin[1]}"
+                  + (f" (worst PSNR {margin[2]:.1f} dB)" if margin[1] else "")
+                  + f"; outside the redone and joined segments {kept[0]}/{kept[1]}")  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--duration", type=float, default=120)
+    parser.add_argument("--range", default="70-80")
+    parser.add_argument("--second-range", default="53-58")
+    parser.add_argument("--resolution", default="640x360")
+    parser.add_argument("--keyframes", choices=("every-2s", "segments", "both"), default="both")
+    args = parser.parse_args()
+    layouts = ("every-2s", "segments") if args.keyframes == "both" else (args.keyframes,)
+    results = [run_layout(args, layout) for layout in layouts]
+    for result in results:
+        report(result)
+    if len(results) == 2:
+        sizes = [r["redos"][0]["renditions"] for r in results]
+        print("\nversion 1's delivered bytes, segments / every-2s layout: " + ", ".join(
+            f"{name} {sizes[1][name]['bytes'] / sizes[0][name]['bytes']:.3f}" for name in sizes[0]
+        ))  # fmt: skip
 
 
 if __name__ == "__main__":

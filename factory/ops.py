@@ -121,7 +121,8 @@ class JobView:
 
     @property
     def seams(self) -> list[dict[str, Any]]:
-        return [r.seam | {"seam": i} for i, r in sorted(self.segments.items()) if r.seam]
+        # records from before the seam dict named its segment lack the key
+        return [{"seam": i, **r.seam} for i, r in sorted(self.segments.items()) if r.seam]
 
     def to_dict(self) -> dict[str, Any]:
         job = self.job
@@ -308,18 +309,21 @@ class Operations:
     def redo_plan(self, job_id: str, *, range_text: str, cascade: bool) -> tuple[Job, RedoPlan]:
         """What a redo of `range_text` would make again, join, encode and cost (nothing is
         written: `factory redo --dry-run` prints it)."""
-        from factory.pipeline.chunks import plan_chunks
+        from factory.pipeline.chunks import chunk_keyframes, plan_chunks
         from factory.pipeline.generate import video_plan
 
         job = self.machine.get(job_id)
         video = job.video
         start, end = parse_range(range_text, video.duration)
-        chunks = [(c.index, tuple(s.index for s in c.segments)) for c in plan_chunks(video)]
+        planned = plan_chunks(video)
+        chunks = [(c.index, tuple(s.index for s in c.segments)) for c in planned]
+        keyframes = {c.index: chunk_keyframes(video, c) for c in planned}
         seconds = {i: r.seconds for i, r in self.machine.segments(job_id).items()}
         versions = [int(v["version"]) for v in job.progress.get("versions", [])]
         current = int(job.progress.get("deliver", {}).get("version", 1))
         plan = plan_redo(video, video_plan(video), chunks, seconds, start=start, end=end,
-                         cascade=cascade, version=max([current, *versions]) + 1)  # fmt: skip
+                         cascade=cascade, version=max([current, *versions]) + 1,
+                         keyframes=keyframes)  # fmt: skip
         return job, plan
 
     def redo(
@@ -453,8 +457,7 @@ class Operations:
         except (OSError, ValueError, BadInput):
             return {}
         checks = {name: r.get("checks", []) for name, r in document.get("renditions", {}).items()}
-        for group in ("segments",):
-            checks[group] = document.get(group, [])
+        checks["segments"] = document.get("segments", [])
         return checks
 
 

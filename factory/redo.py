@@ -22,11 +22,12 @@ other chunk keeps its name and is reused as it is (stream copy in the join).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from factory.errors import BadInput
+from factory.media.presets import GOP_SECONDS
 from factory.plan import SegmentPlan
 from factory.spec import LATENT_FAMILIES, VideoSpec
 
@@ -43,8 +44,12 @@ class RedoPlan:
     join: int | None  # the untouched segment whose first overlap frames are cross-faded again
     cascade: bool
     why: str  # join or cascade, and why
-    chunks: tuple[int, ...]  # encoded again (per rendition)
+    chunks: tuple[int, ...]  # hold changed frames (per rendition)
     chunks_total: int
+    # Frames encoded again per rendition: the GOPs of those chunks that hold changed frames
+    # (the chunks' other GOPs are copied from the version before); of `chunks_frames`.
+    encode_frames: int
+    chunks_frames: int
     gpu_seconds: float  # estimated from the recorded seconds of the segments made again
     version: int  # the version this redo delivers
     # Output frames that may differ from the version before: [changed_start, changed_end);
@@ -83,9 +88,11 @@ def plan_redo(
     end: float,
     cascade: bool,
     version: int,
+    keyframes: Mapping[int, Sequence[int]] | None = None,
 ) -> RedoPlan:
     """``chunks``: (chunk index, its segment indices); ``seconds``: each segment's recorded
-    generation time."""
+    generation time; ``keyframes``: where each chunk's GOPs start, in frames from the chunk's
+    start (factory/pipeline/chunks.py; every GOP_SECONDS without it)."""
     first = int(start * video.fps + 1e-9)
     last = min(video.frames_total, -int(-end * video.fps // 1))  # ceil
     if last <= first:
@@ -121,10 +128,23 @@ def plan_redo(
     changed = set(made) | ({join} if join is not None else set())
     redo_chunks = tuple(index for index, members in chunks if changed & set(members))
     estimate = sum(seconds.get(i, 0.0) for i in made)
+    changed_start = plans[a].write_start
     if join is not None:
         changed_end = plans[join].write_start + plans[join].context
     else:
         changed_end = plans[made[-1]].write_end
+    encode_frames = chunks_frames = 0
+    for index, members in chunks:
+        if index not in redo_chunks:
+            continue
+        chunk_start = plans[members[0]].write_start
+        size = plans[members[-1]].write_end - chunk_start
+        starts = (keyframes or {}).get(index) or range(0, size, GOP_SECONDS * video.fps)
+        lo, hi = max(changed_start - chunk_start, 0), min(changed_end - chunk_start, size)
+        gop_start = max(k for k in starts if k <= lo)
+        gop_end = min([k for k in starts if k >= hi] or [size])
+        encode_frames += gop_end - gop_start
+        chunks_frames += size
     return RedoPlan(
         start=start,
         end=end,
@@ -136,9 +156,11 @@ def plan_redo(
         why=why,
         chunks=redo_chunks,
         chunks_total=len(chunks),
+        encode_frames=encode_frames,
+        chunks_frames=chunks_frames,
         gpu_seconds=round(estimate, 2),
         version=version,
-        changed_start=plans[a].write_start,
+        changed_start=changed_start,
         changed_end=changed_end,
     )
 
@@ -152,8 +174,10 @@ def describe(plan: RedoPlan, fps: int) -> list[str]:
         f"segments  {segments[0]}-{segments[-1]} made again ({len(segments)}), "
         f"about {plan.gpu_seconds:.1f} GPU-seconds from their recorded timings",
         f"after     {plan.why}",
-        f"encode    chunks {', '.join(map(str, plan.chunks))} again, per rendition "
-        f"({len(plan.chunks)} of {plan.chunks_total}); the others are reused by stream copy",
+        f"encode    {plan.encode_frames} frames again per rendition: the GOPs of chunks "
+        f"{', '.join(map(str, plan.chunks))} ({len(plan.chunks)} of {plan.chunks_total}, "
+        f"{plan.chunks_frames} frames) that hold frames {plan.changed_start}-"
+        f"{plan.changed_end - 1}; every other GOP is copied as it is",
         f"delivers  version {plan.version}, beside the ones before; QC must pass first",
     ]
     return lines

@@ -46,11 +46,17 @@ def stitch(
     if overlap:
         tail = previous_tail[-overlap:].astype(np.float32)
         _align(frames, tail, overlap, plan.write_count, strength)
-        weights = (np.arange(1, overlap + 1, dtype=np.float32) / (overlap + 1))[:, None, None, None]
+        weights = overlap_weights(overlap)
         frames[:overlap] = (1 - weights) * tail + weights * frames[:overlap]
     out = np.clip(np.rint(frames), 0, 255).astype(np.uint8)
     end = plan.write_count
     return Stitched(frames=out[:end], tail=out[end : end + plan.tail])
+
+
+def overlap_weights(overlap: int) -> np.ndarray:
+    """The cross-fade's weight of the new frames over ``overlap`` frames, shaped to broadcast
+    over [T, H, W, C]: 1/(n+1) ... n/(n+1), never a frame wholly from one side."""
+    return (np.arange(1, overlap + 1, dtype=np.float32) / (overlap + 1))[:, None, None, None]
 
 
 def channel_stats(frames: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -23,7 +23,7 @@ from factory.pipeline.encode import encode_chunk as encode_one_chunk
 from factory.pipeline.encode import run_encode
 from factory.pipeline.files import Segments
 from factory.pipeline.generate import generate_segment as make_segment
-from factory.pipeline.generate import next_segment
+from factory.pipeline.generate import next_segment, segments_made
 from factory.pipeline.mux import run_mux
 from factory.pipeline.qc import run_qc
 from factory.stages import Stage, order
@@ -68,13 +68,14 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
         started, longest = time.monotonic(), 0.0
         with _heartbeat(rt, job):
             while True:
-                began = time.monotonic()
+                began, before = time.monotonic(), job
                 job, rt.warm = make_segment(rt.ctx, job, rt.warm)
                 longest = max(longest, time.monotonic() - began)
-                done = job.progress["segments"][-1] if job.progress["segments"] else None
-                log.info("segment.done", extra={"segment": done, "attempt": job.attempt})
-                for chunk in plan_chunks(job.video):
-                    if chunk.segments[-1].index == done:
+                made = segments_made(before, job)
+                log.info("segment.done", extra={"segments": sorted(made), "attempt": job.attempt})
+                for chunk in plan_chunks(job.video):  # the chunks this call completed
+                    members = {s.index for s in chunk.segments}
+                    if members & made and chunk_ready(job, chunk):
                         dispatch.send_chunk(app, job, chunk.index)
                 if next_segment(job) is None or not _own_queue_alive(rt):
                     break

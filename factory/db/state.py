@@ -815,16 +815,26 @@ class JobStateMachine:
                 )
             redone = set(plan["segments"])
             join = plan.get("join")
+            rows = conn.execute(
+                select(job_segments.c.segment, job_segments.c.attempt).where(
+                    job_segments.c.job_id == job_id,
+                    job_segments.c.segment.in_(sorted(redone | {join} - {None})),
+                )
+            )
+            # The files the version before made these segments from: its encoded chunks are
+            # named by them, and a redo copies the GOPs it does not change from those chunks.
+            previous = {str(row.segment): row.attempt for row in rows}
             source = None
             if join is not None:
-                row = conn.execute(
-                    select(job_segments.c.attempt).where(
-                        job_segments.c.job_id == job_id, job_segments.c.segment == join
-                    )
-                ).first()
-                source = {"index": join, "attempt": row.attempt if row else None}
+                source = {"index": join, "attempt": previous.get(str(join))}
             now = self.now(conn)
             progress = {k: v for k, v in job.progress.items() if k not in ("encode", "mux", "qc")}
+            # The chunks keep the epoch the delivered version's are named by, so the chunks
+            # the redo does not touch are that version's files, reused as they are.
+            encode = job.progress.get("encode", {})
+            joined = "joined" in encode and "epoch" in encode
+            epoch = encode["epoch"] if joined else progress.get("epoch", 0)
+            progress["encode"] = {"epoch": int(epoch)}
             progress["segments"] = [i for i in job.progress["segments"] if i not in redone]
             progress["frame"] = min(progress.get("frame", 0), plan["changed_start"])
             if seed is not None:
@@ -836,6 +846,7 @@ class JobStateMachine:
             progress["redo"] = {
                 **plan, "seed": seed, "prompt": prompt, "reason": reason, "actor": actor,
                 "join_source": source, "at": now.isoformat(), "from_attempt": job.attempt,
+                "previous": previous,
             }  # fmt: skip
             progress["timings"] = {Stage.GENERATE.value: {"started_at": now.isoformat()}}
             conn.execute(

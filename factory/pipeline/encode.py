@@ -5,10 +5,13 @@ encoded as soon as their segments are stored, while later segments are still bei
 generated (``ChunkEncoder``), so that little is left to do after the last segment. Every
 chunk starts with a keyframe and keyframes follow every 2 s inside it, so the joined video
 keeps GOPs of at most 2 s; the join writes each chunk's exact duration (frames / fps).
+During a redo, a chunk holding changed frames is spliced from the version before's: only
+its GOPs that hold changed frames are encoded again (factory/media/splice.py).
 """
 
 from __future__ import annotations
 
+import logging
 import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -19,32 +22,95 @@ from factory.db.state import Job
 from factory.media.concat import concat_copy_argv, ffconcat
 from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS, encode_argv
+from factory.media.splice import gop_span, keyframe_frames, splice
 from factory.pipeline.chunk_qc import measure_chunk
-from factory.pipeline.chunks import Chunk, chunk_key, chunk_ready, plan_chunks
+from factory.pipeline.chunks import Chunk, chunk_key, chunk_keyframes, chunk_ready, plan_chunks
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
 from factory.stages import Stage
 from factory.store import keys
 
+log = logging.getLogger(__name__)
+
 
 def encode_chunk(ctx: StageContext, made: Segments, chunk: Chunk, rendition: str) -> None:
-    job = made.job
-    video = job.video
-    preset = PRESETS[rendition]
+    """Encode one chunk of one rendition into the store. During a redo, a chunk that holds
+    changed frames is made from the version before's chunk: only its GOPs that hold changed
+    frames are encoded again, the others are copied (factory/media/splice.py)."""
+    video = made.job.video
+    key = chunk_key(made, chunk, rendition)
+    with tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
+        target = Path(scratch) / "chunk.mp4"
+        if not _splice_redo(ctx, made, chunk, rendition, Path(scratch), target):
+            _encode(ctx, made, chunk, rendition, Path(scratch), target)
+        ctx.store.put_file(key, target, move=True)
+
+
+def _encode(ctx: StageContext, made: Segments, chunk: Chunk, rendition: str, scratch: Path,
+            target: Path, frames: tuple[int, int] | None = None) -> None:  # fmt: skip
+    """The chunk's frames (or only ``frames``: [first, end) of the chunk) encoded to
+    ``target``, with the chunk's keyframe layout."""
+    video = made.job.video
+    first, end = frames or (0, chunk.frames)
+    listed, offset = [], 0
+    for segment in chunk.segments:  # only the segment files that hold the frames asked for
+        if offset < end and offset + segment.write_count > first:
+            listed.append((segment, offset))
+        offset += segment.write_count
+    skip = first - listed[0][1]
+    forced = None
+    if video.keyframes == "segments":
+        forced = [k - first for k in chunk_keyframes(video, chunk) if first <= k < end]
     # Local copies live until ffmpeg has read them (an s3 store downloads them for the call).
     # A scratch folder per call: a chunk task and the encode stage may meet on the same chunk.
-    with ExitStack() as stack, tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
+    with ExitStack() as stack:
         entries = [
             (stack.enter_context(ctx.store.local_path(made.segment(segment.index))),
              segment.write_count)
-            for segment in chunk.segments
+            for segment, _ in listed
         ]  # fmt: skip
-        listing = Path(scratch) / "chunk.ffconcat"
+        listing = scratch / "chunk.ffconcat"
         listing.write_text(ffconcat(entries, video.fps))
-        target = Path(scratch) / "chunk.mp4"
+        trim = (skip, skip + end - first) if frames else None
         source = (video.width, video.height)
-        run(encode_argv(ffmpeg_exe(), preset, video.fps, source, listing, target))
-        ctx.store.put_file(chunk_key(made, chunk, rendition), target, move=True)
+        run(encode_argv(ffmpeg_exe(), PRESETS[rendition], video.fps, source, listing, target,
+                        trim=trim, keyframes=forced))  # fmt: skip
+
+
+def _splice_redo(ctx: StageContext, made: Segments, chunk: Chunk, rendition: str,
+                 scratch: Path, target: Path) -> bool:  # fmt: skip
+    """A running redo's chunk from the version before's: the GOPs holding the changed frames
+    encoded again, the rest copied. False when there is nothing to splice into (no redo, the
+    chunk holds no changed frame, or the earlier chunk is gone): encode it whole."""
+    redo = made.job.progress.get("redo")
+    before = made.before_redo()
+    if redo is None or before is None:
+        return False
+    first = max(redo["changed_start"] - chunk.first_frame, 0)
+    end = min(redo["changed_end"] - chunk.first_frame, chunk.frames)
+    old_key = chunk_key(before, chunk, rendition)
+    if first >= end or old_key == chunk_key(made, chunk, rendition):
+        return False
+    if not ctx.store.exists(old_key):
+        return False
+    video = made.job.video
+    with ctx.store.local_path(old_key) as old:
+        start, stop = gop_span(keyframe_frames(old, video.fps), chunk.frames, first, end)
+        if (start, stop) == (0, chunk.frames):
+            return False
+        piece = scratch / "piece.mp4"
+        _encode(ctx, made, chunk, rendition, scratch, piece, frames=(start, stop))
+        tag = "hvc1" if PRESETS[rendition].is_hevc else "avc1"
+        splice(old, piece, start, stop, video.fps, target, codec_tag=tag)
+    log.info(
+        "chunk %s %s: frames %d-%d of %d encoded again, the rest copied",
+        chunk.index,
+        rendition,
+        start,
+        stop - 1,
+        chunk.frames,
+    )
+    return True
 
 
 def chunks_done(ctx: StageContext, made: Segments) -> dict[str, set[int]]:
@@ -60,6 +126,8 @@ def chunks_done(ctx: StageContext, made: Segments) -> dict[str, set[int]]:
 
 def record_chunks(ctx: StageContext, job: Job, done: dict[str, set[int]], total: int) -> Job:
     encode = {"chunks": {r: sorted(c) for r, c in done.items()}, "chunks_total": total}
+    if "epoch" in job.progress.get("encode", {}):  # a redo's: its chunks' names depend on it
+        encode["epoch"] = job.progress["encode"]["epoch"]
     return ctx.machine.checkpoint(job.job_id, attempt=job.attempt, updates={"encode": encode})
 
 
@@ -113,12 +181,19 @@ class ChunkEncoder:
         self._started: set[tuple[str, int]] = set()
         self._done: dict[str, dict[str, set[int]]] = {}
 
-    def segment_ready(self, job: Job, _segment: int) -> None:
+    def segment_ready(self, job: Job, segment: int) -> None:
         chunks = plan_chunks(job.video)
         with self._lock:
             if job.job_id not in self._done:
                 self._done[job.job_id] = chunks_done(self.ctx, Segments.load(self.ctx.machine, job))
             done = self._done[job.job_id]
+            redo = job.progress.get("redo")
+            if redo and redo.get("join") is not None and segment == redo["segments"][-1]:
+                # The joined segment's files are new too: its chunk was done under old names.
+                for chunk in chunks:
+                    if any(s.index == redo["join"] for s in chunk.segments):
+                        for indices in done.values():
+                            indices.discard(chunk.index)
             for chunk in chunks:
                 ready = chunk_ready(job, chunk)
                 fresh = (job.job_id, chunk.index) not in self._started

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from factory.db.state import Job, JobStateMachine, SegmentRecord
 from factory.errors import PermanentError
@@ -50,9 +50,22 @@ class Segments:
         once it has (a requeue --from mux or qc starts a new epoch but keeps those chunks),
         else the job's current one."""
         encode = self.job.progress.get("encode", {})
-        if "joined" in encode and "epoch" in encode:
+        if "epoch" in encode:  # set once joined, and by a redo (the delivered version's)
             return int(encode["epoch"])
         return int(self.job.progress.get("epoch", 0))
+
+    def before_redo(self) -> Segments | None:
+        """The segments as the version a running redo replaces had them (the names of its
+        chunks), or None without a redo or for one started before these were recorded."""
+        previous = (self.job.progress.get("redo") or {}).get("previous")
+        if previous is None:
+            return None
+        made = {**self.made}
+        for index, attempt in previous.items():
+            record = made.get(int(index))
+            if record is not None:
+                made[int(index)] = replace(record, attempt=attempt)
+        return Segments(self.job, made)
 
     def chunk(self, rendition: str, index: int, segments: Iterable[int]) -> str:
         """A chunk named by what it is made of: the epoch (bumped by every requeue --from) and

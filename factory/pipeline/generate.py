@@ -24,7 +24,7 @@ from factory.plan import SegmentPlan, plan_segments, scene_start_frames
 from factory.qc.seams import WINDOW, colour_record, score_seam
 from factory.spec import VideoSpec
 from factory.stages import Stage
-from factory.stitch import Stitched, anchor_stats, stitch, toward_anchor
+from factory.stitch import Stitched, anchor_stats, overlap_weights, stitch, toward_anchor
 from factory.store import keys
 
 
@@ -52,6 +52,16 @@ def scene_ids(job: Job) -> list[int]:
         ids.append(ids[-1] + (key != last) if ids else 0)
         last = key
     return ids
+
+
+def scene_change(job: Job, plans: list[SegmentPlan], index: int) -> bool:
+    """Whether segment ``index`` starts another scene than the segment before it's (as
+    scene_ids numbers them), from those two segments alone: asked at every seam."""
+    if index == 0:
+        return False
+    prompts = job.progress.get("prompts", {})
+    before, after = plans[index - 1], plans[index]
+    return (before.scene, prompts.get(str(index - 1))) != (after.scene, prompts.get(str(index)))
 
 
 @dataclass
@@ -115,8 +125,7 @@ def generate_segment(
         plan.first_frame,
         plan.context,
     )
-    scenes = scene_ids(job)
-    previous_scene = scenes[plan.index - 1] if plan.index else scenes[plan.index]
+    plans = video_plan(video)
     regeneration = 0
     while True:
         stitched, carried = _make(
@@ -131,7 +140,7 @@ def generate_segment(
                 seam=plan.index,
                 frame=plan.write_start,
                 fps=video.fps,
-                scene_change=scenes[plan.index] != previous_scene,
+                scene_change=scene_change(job, plans, plan.index),
                 limits=ctx.qc,
             )
         joined = joined_seam = None
@@ -144,7 +153,7 @@ def generate_segment(
                 seam=join.index,
                 frame=join.write_start,
                 fps=video.fps,
-                scene_change=scenes[join.index] != scenes[plan.index],
+                scene_change=scene_change(job, plans, join.index),
                 limits=ctx.qc,
             )
         bad = next((s for s in (seam, joined_seam) if s is not None and not s.passed), None)
@@ -227,12 +236,22 @@ def cross_fade(plan: SegmentPlan, tail: np.ndarray, stored: np.ndarray) -> np.nd
     stored, bit for bit."""
     overlap = plan.context
     out = stored.copy()
-    weights = (np.arange(1, overlap + 1, dtype=np.float32) / (overlap + 1))[:, None, None, None]
+    weights = overlap_weights(overlap)
     blended = (1 - weights) * tail[-overlap:].astype(np.float32) + weights * stored[
         :overlap
     ].astype(np.float32)
     out[:overlap] = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
     return out
+
+
+def segments_made(before: Job, after: Job) -> set[int]:
+    """The segments whose files one `make_segment` call made: the new one, and the segment a
+    redo joins into when its last redone segment was made (it stays recorded throughout)."""
+    made = set(after.progress["segments"]) - set(before.progress["segments"])
+    redo = after.progress.get("redo")
+    if redo and redo.get("join") is not None and redo["segments"][-1] in made:
+        made.add(int(redo["join"]))
+    return made
 
 
 def _join_target(job: Job, plan: SegmentPlan) -> SegmentPlan | None:

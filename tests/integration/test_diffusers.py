@@ -18,6 +18,7 @@ from factory.generate.diffusers_backend import check_model_dir
 from factory.manifest import parse_manifest
 from factory.pipeline.generate import generate_segment
 from factory.spec import ModelChoice
+from factory.store import keys
 from factory.submit import submit
 from tests.conftest import REPO, run_cli
 from tests.integration.test_pipeline import home_env as plain_home_env
@@ -374,3 +375,46 @@ def test_a_poisoned_model_fails_the_job_instead_of_making_a_video(
     assert run_cli("run", str(path), env=env, timeout=300).returncode == 1
     status = run_cli("status", "nan.chain", env=env).stdout
     assert "BadOutput" in status and "NaN" in status and "failed (in generate)" in status
+
+
+def test_a_redo_with_a_new_prompt_through_a_diffusers_family(
+    tmp_path: Path, model_dirs: dict[str, Path]
+):
+    """`factory redo --prompt` on a real (tiny) diffusers pipeline: the redone segment is
+    made from the new prompt's embedding (through the cache: one more entry), continues from
+    the stored tail of the segment before it, joins into the kept next one, and version 2
+    is delivered beside version 1 with every other segment's frames as they were."""
+    path = tmp_path / "m.yaml"
+    path.write_text(manifest(model_dirs["skyreels-v2-df"], batch="re"))
+    env = home_env(tmp_path / "home")
+    assert run_cli("run", str(path), env=env, timeout=900).returncode == 0
+    store = tmp_path / "home" / "store"
+    factory, _ = in_process(tmp_path / "home")
+    v1 = factory.jobs.segments("re.chain")
+    before = {i: (store / keys.segment("re", "chain", i, r.attempt)).read_bytes()
+              for i, r in v1.items()}  # fmt: skip
+    entries = json.loads(run_cli("gpu", "report", "--json", env=env).stdout)
+    assert entries["embedding_cache"]["entries"] == 2
+
+    plan = json.loads(run_cli("redo", "re.chain", "--range", "2.2-3.0", "--dry-run", "--json",
+                              env=env).stdout)  # fmt: skip
+    assert (plan["segments"], plan["join"]) == ([1], 2)
+    prompt = "a red lighthouse in a storm at night"
+    done = run_cli("redo", "re.chain", "--range", "2.2-3.0", "--prompt", prompt, env=env,
+                   timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    job = factory.jobs.get("re.chain")
+    assert job.progress["deliver"]["version"] == 2
+    assert job.progress["prompts"] == {"1": prompt}
+    report = json.loads(run_cli("gpu", "report", "--json", env=env).stdout)
+    assert report["embedding_cache"]["entries"] == 3  # the new prompt, encoded once
+    records = factory.jobs.segments("re.chain")
+    assert records[1].attempt == records[2].attempt == job.attempt  # made again, joined
+    after = {i: (store / keys.segment("re", "chain", i, r.attempt)).read_bytes()
+             for i, r in records.items()}  # fmt: skip
+    assert after[0] == before[0] and after[3] == before[3]  # untouched, the same files
+    assert after[1] != before[1] and after[2] != before[2]  # the new prompt, and the join
+    for version in ("out", "v2/out"):
+        assert (store / "re" / "chain" / version / "mobile.mp4").is_file()
+    planned = next(e for e in factory.jobs.events("re.chain") if e.event == "redo.planned")
+    assert planned.detail["prompt"] == prompt

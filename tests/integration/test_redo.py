@@ -21,11 +21,12 @@ from factory.generate.base import PromptEmbedding
 from factory.generate.procedural import ProceduralGenerator
 from factory.manifest import parse_manifest
 from factory.media.intermediate import read_frames
-from factory.media.probe import video_packet_digests
+from factory.media.probe import probe, video_packet_digests
 from factory.ops import Operations
-from factory.pipeline.chunks import plan_chunks
+from factory.pipeline.chunks import chunk_keyframes, plan_chunks
+from factory.pipeline.generate import video_plan
 from factory.pipeline.runner import run_job
-from factory.spec import ModelChoice
+from factory.spec import ModelChoice, VideoSpec
 from factory.stages import Stage
 from factory.store import keys
 from factory.submit import submit
@@ -82,7 +83,9 @@ def test_a_redo_changes_only_its_range_and_delivers_version_2(tmp_path: Path) ->
     assert (plan["segments"], plan["join"], plan["chunks"]) == ([6, 7, 8], 9, [0, 1])
     assert attempts_of(env, "redo.long") == v1_records  # a dry run changes nothing
     human = run_cli("redo", "redo.long", "--range", "0:10-0:14", "--dry-run", env=env).stdout
-    assert "segments  6-8 made again (3)" in human and "chunks 0, 1 again" in human
+    assert "segments  6-8 made again (3)" in human
+    assert f"encode    {plan['encode_frames']} frames again per rendition" in human
+    assert "chunks 0, 1 (2 of 4" in human
 
     done = run_cli("redo", "redo.long", "--range", "0:10-0:14", "--seed", "99",
                    "--reason", "a gull melts", env=env, timeout=600)  # fmt: skip
@@ -112,18 +115,14 @@ def test_a_redo_changes_only_its_range_and_delivers_version_2(tmp_path: Path) ->
     assert np.array_equal(before[end:], after[end:])
     assert not np.array_equal(before[start:end], after[start:end])
 
-    # Encoding: exactly the planned chunks were encoded again, per rendition; in the delivered
-    # files every other chunk's packets are version 1's.
+    # Encoding: exactly the planned chunks were made again, per rendition, and in them only
+    # the GOPs that hold changed frames were encoded: in the delivered files every other
+    # GOP's packets are version 1's, so its pictures decode bit for bit as version 1's.
     for rendition in ("mobile", "compat"):
         made = set((store / "redo/long/chunks" / rendition).iterdir()) - chunks_before[rendition]
         assert len(made) == len(plan["chunks"]), rendition
     video = parse_manifest(LONG).videos[0]
-    counts = [c.frames for c in plan_chunks(video)]
-    for rendition in ("mobile", "compat"):
-        old = video_packet_digests(store / f"redo/long/out/{rendition}.mp4", counts)
-        new = video_packet_digests(store / f"redo/long/v2/out/{rendition}.mp4", counts)
-        same = [o == n for o, n in zip(old[: len(counts)], new[: len(counts)], strict=True)]
-        assert same == [False, False, True, True]
+    assert_only_changed_gops_differ(store, video, plan, start, end)
 
     # The new seams, the join's included, were judged; the timeline says who asked and why.
     seams = {s["index"]: s for s in status["segments_made"]}
@@ -140,6 +139,94 @@ def test_a_redo_changes_only_its_range_and_delivers_version_2(tmp_path: Path) ->
     assert any(e["event"] == "redo.delivered" for e in events)
     text = run_cli("status", "redo.long", env=env).stdout
     assert "v2 (delivered)" in text and "redo 10-14 s, segments 6-8" in text
+
+
+def gops_of(video: VideoSpec) -> list[tuple[int, int]]:
+    """(first frame, frames) of every GOP of a delivered file, as the chunks lay them out."""
+    gops = []
+    for chunk in plan_chunks(video):
+        starts = chunk_keyframes(video, chunk)
+        for a, b in zip(starts, [*starts[1:], chunk.frames], strict=True):
+            gops.append((chunk.first_frame + a, b - a))
+    return gops
+
+
+def assert_only_changed_gops_differ(
+    store: Path, video: VideoSpec, plan: dict, start: int, end: int
+) -> None:
+    gops = gops_of(video)
+    counts = [n for _, n in gops]
+    touched = [a < end and a + n > start for a, n in gops]
+    assert sum(n for (_, n), t in zip(gops, touched, strict=True) if t) == plan["encode_frames"]
+    assert plan["encode_frames"] < plan["chunks_frames"]
+    base = store / video.batch / video.video_id
+    for rendition in video.renditions:
+        old = video_packet_digests(base / f"out/{rendition}.mp4", counts)
+        new = video_packet_digests(base / f"v2/out/{rendition}.mp4", counts)
+        same = [o == n for o, n in zip(old[: len(counts)], new[: len(counts)], strict=True)]
+        assert same == [not t for t in touched], rendition
+        before, after = (
+            decode(base / f"out/{rendition}.mp4"),
+            decode(base / f"v2/out/{rendition}.mp4"),
+        )
+        assert len(before) == len(after) == video.frames_total
+        for (a, n), t in zip(gops, touched, strict=True):
+            if not t:
+                assert all(np.array_equal(before[i], after[i]) for i in range(a, a + n)), a
+
+
+def test_with_keyframes_at_segments_every_frame_outside_the_redone_segments_is_kept(
+    tmp_path: Path,
+) -> None:
+    """`keyframes: segments`: GOPs start at every segment's first frame, so the redo encodes
+    only the redone segments and the one it joins into; every other frame of every delivered
+    rendition decodes bit for bit as version 1's."""
+    text = LONG.replace("seed: 5}", "seed: 5, keyframes: segments}")
+    env = home_env(tmp_path / "home")
+    (tmp_path / "m.yaml").write_text(text)
+    done = run_cli("run", str(tmp_path / "m.yaml"), env=env, timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr
+    store = tmp_path / "home" / "store"
+    video = parse_manifest(text).videos[0]
+    assert video.keyframes == "segments"
+    plan = json.loads(run_cli("redo", "redo.long", "--range", "0:10-0:14", "--dry-run",
+                              "--json", env=env).stdout)  # fmt: skip
+    done = run_cli("redo", "redo.long", "--range", "0:10-0:14", "--seed", "99", env=env,
+                   timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    plans = video_plan(video)
+    first, last = plans[plan["segments"][0]], plans[plan["join"]]
+    assert_only_changed_gops_differ(store, video, plan, plan["changed_start"], plan["changed_end"])
+    # Every re-encoded GOP lies inside the redone segments and the joined one.
+    gops = gops_of(video)
+    for a, n in gops:
+        if a < plan["changed_end"] and a + n > plan["changed_start"]:
+            assert first.write_start <= a and a + n <= last.write_end
+    for rendition in video.renditions:
+        probe_v1 = probe(store / f"redo/long/out/{rendition}.mp4").video
+        assert probe_v1.max_gop_seconds <= 2.0 and probe_v1.open_keyframes == 0
+        keyframes = {round(t * FPS) for t in probe_v1.keyframe_times}
+        assert {p.write_start for p in plans} <= keyframes
+
+
+def test_after_a_requeue_from_qc_a_redo_still_reuses_the_untouched_chunks(tmp_path: Path):
+    """A requeue --from qc starts a new epoch but keeps the joined chunks; a redo after it
+    must name its chunks by that joined epoch, or every chunk would be encoded again."""
+    env, store = delivered_v1(tmp_path)
+    requeued = json.loads(run_cli("requeue", "redo.long", "--from", "qc", "--json",
+                                  env=env).stdout)  # fmt: skip
+    assert requeued["stage"] == "qc"
+    _, ctx = in_process(tmp_path / "home")
+    assert run_job(ctx, "redo.long", worker="t").stage is Stage.DONE
+    before = {r: set((store / "redo/long/chunks" / r).iterdir()) for r in ("mobile", "compat")}
+    plan = json.loads(run_cli("redo", "redo.long", "--range", "0:10-0:14", "--dry-run",
+                              "--json", env=env).stdout)  # fmt: skip
+    done = run_cli("redo", "redo.long", "--range", "0:10-0:14", "--seed", "3", env=env,
+                   timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    for rendition, chunks in before.items():
+        made = set((store / "redo/long/chunks" / rendition).iterdir()) - chunks
+        assert len(made) == len(plan["chunks"]) == 2, rendition
 
 
 def test_a_redo_with_a_new_prompt_shows_it_in_the_range(tmp_path: Path) -> None:
