@@ -28,6 +28,7 @@ from typing import Any
 
 from factory.errors import BadInput
 from factory.media.presets import GOP_SECONDS
+from factory.media.splice import gop_span
 from factory.plan import SegmentPlan
 from factory.spec import LATENT_FAMILIES, VideoSpec
 
@@ -141,8 +142,7 @@ def plan_redo(
         size = plans[members[-1]].write_end - chunk_start
         starts = (keyframes or {}).get(index) or range(0, size, GOP_SECONDS * video.fps)
         lo, hi = max(changed_start - chunk_start, 0), min(changed_end - chunk_start, size)
-        gop_start = max(k for k in starts if k <= lo)
-        gop_end = min([k for k in starts if k >= hi] or [size])
+        gop_start, gop_end = gop_span(list(starts), size, lo, hi)
         encode_frames += gop_end - gop_start
         chunks_frames += size
     return RedoPlan(

@@ -24,13 +24,7 @@ def keyframe_frames(path: Path, fps: int) -> list[int]:
     try:
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
-            base = stream.time_base or Fraction(1, fps)
-            start = stream.start_time or 0
-            return sorted(
-                round((packet.pts - start) * base * fps)
-                for packet in container.demux(stream)
-                if packet.size and packet.pts is not None and packet.is_keyframe
-            )
+            return sorted(f for f, p in _packets(stream, container, fps) if p.is_keyframe)
     except (av.error.FFmpegError, OSError) as exc:
         raise MediaError(["pyav.demux", str(path)], 1, str(exc)) from None
 
