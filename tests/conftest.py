@@ -6,6 +6,8 @@ running; `scripts/test` starts them when they are not. Nothing here is mocked.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -160,6 +162,30 @@ def run_cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess
         text=True,
         timeout=timeout,
         cwd=REPO,
+    )
+
+
+def run_cli_here(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+    """`factory ARGS` through the same entry point (factory.cli.main) in this process: its
+    exit code, stdout and stderr, without a new interpreter's start (about 1.5 s) per call.
+    For loops over many inputs; run_cli stays the way to test what a user's process does."""
+    from factory.cli.main import main
+
+    saved = dict(os.environ)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    os.environ.update(env)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                main(list(args))
+                code = 0
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return subprocess.CompletedProcess(
+        ["factory", *args], code, stdout.getvalue(), stderr.getvalue()
     )
 
 

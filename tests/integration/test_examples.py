@@ -1,9 +1,10 @@
 """The examples as a newcomer uses them: every manifest in examples/ validates on a fresh home
 (its assets beside it), and a video of the nightly batch passes its own quality gate end to end.
 
-The whole nightly batch (8 videos, about 28 minutes here) runs in CI after the tests
-(`.ci/run` runs `scripts/demo`); here one of its videos runs as the file defines it:
-market-day, the one whose drift check once failed the gate on procedural content."""
+The whole nightly batch (8 videos, 25-40 minutes here) is too long for CI beside the tests
+(`.ci/run` runs `scripts/demo` on examples/quick.yaml; sessions run the nightly one); here one
+of its videos runs as the file defines it: market-day, the one whose drift check once failed
+the gate on procedural content."""
 
 from __future__ import annotations
 
