@@ -326,14 +326,15 @@ def _make(
     regeneration: int,
 ) -> tuple[Stitched, bytes | None]:
     video = job.video
-    base = job.progress.get("seeds", {}).get(str(plan.index), video.seed)  # a redo's new seed
-    seed = segment_seed(base, plan.index, regeneration)
+    own_seed = job.progress.get("seeds", {}).get(str(plan.index))  # a redo's new seed
+    seed = segment_seed(video.seed if own_seed is None else own_seed, plan.index, regeneration)
     carried = None
     if getattr(generator, "carries_latents", False):
         # A latent family continues the previous segment's latents (and noise, where the
-        # family chains it); a regeneration draws this segment's noise from its new seed.
+        # family chains it); a regeneration, and a segment a redo gave its own seed, draw
+        # this segment's noise from its seed (the chained noise would make it again as it was).
         made, carried = generator.generate_continuing(  # type: ignore[attr-defined]
-            spec, prompt, carry, seed, reseed=regeneration > 0
+            spec, prompt, carry, seed, reseed=regeneration > 0 or own_seed is not None
         )
     else:
         made = generator.generate(spec, prompt, tail, seed)

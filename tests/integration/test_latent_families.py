@@ -19,8 +19,10 @@ from factory.errors import PermanentError
 from factory.generate import SegmentSpec, segment_seed
 from factory.generate.latent_backend import carry_from_bytes
 from factory.manifest import ManifestError, parse_manifest
+from factory.media.intermediate import read_frames
 from factory.plan import plan_segments
 from factory.stitch import stitch
+from factory.store import keys
 from tests.conftest import REPO, run_cli
 from tests.integration.test_diffusers import home_env
 from tests.integration.test_pipeline import in_process
@@ -246,6 +248,53 @@ def test_a_resumed_job_makes_the_same_frames_through_the_factory(
             job, warm = generate_segment(ctx, job, warm)
         digests.append(segment_digests(tmp_path / name, "df"))
     assert len(digests[0]) == 4 and digests[0] == digests[1]
+
+
+@pytest.mark.parametrize("variant", ["helios-distilled", "anyflow-far"])
+def test_a_cascade_redo_makes_the_range_and_every_segment_after_it_again(
+    tmp_path: Path, model_dirs: dict[str, Path], variant: str
+):
+    """A latent family's next segment continues the previous one's latents, so a redo runs
+    to the end of the video (`--cascade`); the first redone segment continues the stored
+    carry of the one before, with the redo's seed: its noise must not be the chain's
+    (Helios carries its noise generator's state, which would make version 1 again)."""
+    from tests.integration.test_redo import attempts_of
+
+    path = tmp_path / "m.yaml"
+    path.write_text(latent_manifest(model_dirs[variant], variant, batch="cas"))
+    env = home_env(tmp_path / "home")
+    done = run_cli("run", str(path), env=env, timeout=900)
+    assert done.returncode == 0, done.stderr + done.stdout
+    v1 = attempts_of(env, "cas.chain")
+    duration = 4 * chunk_frames(family_of(variant)) / 24
+    span = f"{0.6 * duration:.3f}-{0.65 * duration:.3f}"  # inside the third segment
+    refused = run_cli("redo", "cas.chain", "--range", span, "--seed", "7", env=env)
+    assert refused.returncode == 2 and "--cascade" in refused.stderr, refused.stderr
+    plan = json.loads(run_cli("redo", "cas.chain", "--range", span, "--cascade",
+                              "--dry-run", "--json", env=env).stdout)  # fmt: skip
+    first = plan["segments"][0]
+    assert first > 0 and plan["segments"] == list(range(first, 4)) and plan["join"] is None
+    done = run_cli("redo", "cas.chain", "--range", span, "--cascade", "--seed", "7",
+                   env=env, timeout=900)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "version 2 delivered" in done.stdout
+    v2 = attempts_of(env, "cas.chain")
+    assert {i for i in v2 if v2[i] != v1[i]} == set(plan["segments"])
+    store = tmp_path / "home" / "store"
+
+    def frames(index: int, attempt: int | None) -> np.ndarray:
+        return read_frames(store / keys.segment("cas", "chain", index, attempt), 128, 64)
+
+    for index in range(4):
+        old, new = frames(index, v1[index]), frames(index, v2[index])
+        if index < first:
+            assert np.array_equal(old, new), index
+        else:  # new noise: past the cross-fade from the segment before, other pictures
+            changed = (old != new).any(axis=3).mean(axis=(1, 2))  # per frame
+            assert changed[-len(changed) // 4 :].min() > 0.8, (index, changed.round(2))
+    status = json.loads(run_cli("status", "cas.chain", "--json", env=env).stdout)
+    assert status["progress"]["qc"]["passed"] is True
+    assert status["progress"]["deliver"]["version"] == 2
 
 
 # -- refusals ------------------------------------------------------------------------------
