@@ -46,6 +46,7 @@ from botocore.exceptions import (
 from factory.errors import BadInput, PermanentError, RetryableError
 from factory.store.base import ObjectInfo, check_key
 from factory.store.s3_settings import S3Settings, split_url
+from factory.store.tls_session import load_tls_once
 
 log = logging.getLogger("factory.store.s3")
 T = TypeVar("T")
@@ -67,13 +68,14 @@ class NotFound(Exception):
 
 
 def make_client(settings: S3Settings) -> Any:
+    client_cert = (
+        (str(settings.client_cert), str(settings.client_key)) if settings.client_cert else None
+    )
     config = Config(
         signature_version="s3v4",
         region_name=settings.region,
         s3={"addressing_style": settings.addressing},
-        client_cert=(str(settings.client_cert), str(settings.client_key))
-        if settings.client_cert
-        else None,
+        client_cert=client_cert,
         retries={"total_max_attempts": 1, "mode": "standard"},  # retried here, by kind
         connect_timeout=5,
         read_timeout=120,
@@ -82,9 +84,10 @@ def make_client(settings: S3Settings) -> Any:
         response_checksum_validation=settings.checksums,
     )
     verify: str | bool = str(settings.ca_bundle) if settings.ca_bundle else True
-    return boto3.session.Session().client(
+    client = boto3.session.Session().client(
         "s3", endpoint_url=settings.endpoint_url, verify=verify, config=config
     )
+    return load_tls_once(client, client_cert)
 
 
 class S3Store:

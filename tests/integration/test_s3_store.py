@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import ssl
 import threading
 import time
 from pathlib import Path
@@ -68,6 +69,42 @@ def test_multipart_above_the_threshold_is_whole_and_verified(s3_stand, bucket, s
     assert sha256(stored_bytes(s3_stand, bucket, "nightly/big.mp4")) == sha256(data)
     uploads = s3_stand.direct_client().list_multipart_uploads(Bucket=bucket)
     assert not uploads.get("Uploads")  # none left open
+
+
+def test_parallel_connections_leave_the_shared_tls_context_alone(
+    s3_stand, bucket, monkeypatch
+) -> None:
+    """botocore hands urllib3 the client certificate and CA bundle as files, and urllib3
+    loaded them into the client's one SSLContext at every new connection: parallel uploads
+    changed a context other threads were making connections from (OpenSSL forbids it; seen
+    as handshakes failing with "unknown key type" and a test process stuck in SSL_free).
+    The store's client loads them once per context; many connections load nothing."""
+    loads: list[str] = []
+    wraps: list[int] = []
+    for name in ("load_cert_chain", "load_verify_locations", "wrap_socket"):
+        real = getattr(ssl.SSLContext, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):  # type: ignore[no-untyped-def]
+            (wraps if _name == "wrap_socket" else loads).append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(ssl.SSLContext, name, counted)
+    store = S3Store(f"s3://{bucket}/parallel", s3_stand.settings())
+    loads.clear()  # what making the client loaded
+
+    def put_some(worker: int) -> None:
+        for n in range(3):
+            store.put_bytes(f"w{worker}/{n}.json", os.urandom(64))
+
+    threads = [threading.Thread(target=put_some, args=(w,)) for w in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(wraps) >= 2  # new connections were made in parallel ...
+    assert loads == []  # ... and none of them changed the context
+    assert len([*store.list("")]) == 24
+    store.close()
 
 
 def test_redelivering_the_same_content_is_a_no_op(s3_stand, bucket, store, tmp_path) -> None:
