@@ -26,13 +26,16 @@ class LoadedOnceSession(URLLib3Session):
         self._trust = kwargs.get("verify", True)
         super().__init__(*args, client_cert=None, **kwargs)
 
-    def _get_ssl_context(self) -> Any:
-        context = super()._get_ssl_context()
+    def _get_pool_manager_kwargs(self, **extra_kwargs: Any) -> dict[str, Any]:
+        # The contexts of connections to the endpoint (direct or through a proxy's tunnel);
+        # a proxy's own context (_setup_proxy_ssl_context) keeps the proxy settings only.
+        kwargs = super()._get_pool_manager_kwargs(**extra_kwargs)
+        context = kwargs["ssl_context"]
         if self._trust:
             context.load_verify_locations(get_cert_path(self._trust))
         if self._client_chain:
             context.load_cert_chain(*self._client_chain)
-        return context
+        return kwargs
 
     def _setup_ssl_cert(self, conn: Any, url: str, verify: Any) -> None:
         super()._setup_ssl_cert(conn, url, verify)

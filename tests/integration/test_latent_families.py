@@ -26,6 +26,7 @@ from factory.store import keys
 from tests.conftest import REPO, run_cli
 from tests.integration.test_diffusers import home_env
 from tests.integration.test_pipeline import in_process
+from tests.integration.test_redo import attempts_of
 from tests.latent_segments import (
     JOB_SEED,
     NEGATIVE,
@@ -258,8 +259,6 @@ def test_a_cascade_redo_makes_the_range_and_every_segment_after_it_again(
     to the end of the video (`--cascade`); the first redone segment continues the stored
     carry of the one before, with the redo's seed: its noise must not be the chain's
     (Helios carries its noise generator's state, which would make version 1 again)."""
-    from tests.integration.test_redo import attempts_of
-
     path = tmp_path / "m.yaml"
     path.write_text(latent_manifest(model_dirs[variant], variant, batch="cas"))
     env = home_env(tmp_path / "home")
