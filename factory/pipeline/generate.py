@@ -67,13 +67,30 @@ def scene_change(job: Job, plans: list[SegmentPlan], index: int) -> bool:
 @dataclass
 class WarmTail:
     """What a worker keeps in memory for the job's next segment (saves store reads): the tail
-    the next segment continues, and the last frames written before the seam."""
+    the next segment continues, and the last frames written before the seam. ``attempt`` is
+    the attempt whose files these are: the tail is used only while the segment's record names
+    that attempt (another holder may have made the segment again since: a redo, or a requeue
+    on a generator that is not bit-exact)."""
 
     job_id: str
     segment: int
     frames: np.ndarray
     written: np.ndarray | None = None
     carry: bytes | None = None  # latent families: what the next segment continues from
+    attempt: int | None = None  # whose files these are (None: never trusted)
+
+    def continues(self, ctx: StageContext, job: Job, index: int) -> bool:
+        """Whether segment ``index`` may continue from this tail: it is the job's segment
+        ``index - 1`` and that segment's record names the attempt this tail came from. Under
+        the same claim that is this holder's own last segment (no other holder can have
+        recorded one since without fencing this one out); after a new claim the record is
+        read (one row)."""
+        if (self.job_id, self.segment) != (job.job_id, index - 1) or self.attempt is None:
+            return False
+        if self.attempt == job.attempt:
+            return True
+        record = ctx.machine.segment(job.job_id, index - 1)
+        return record is not None and record.attempt == self.attempt
 
 
 class SeamFailed(PermanentError):
@@ -96,7 +113,7 @@ def generate_segment(
     video = job.video
     prompts = ctx.ensure_prompts(video)  # the text encoder alone, before the transformer loads
     generator = ctx.generator(video.model)
-    usable = warm is not None and (warm.job_id, warm.segment) == (job.job_id, plan.index - 1)
+    usable = warm is not None and warm.continues(ctx, job, plan.index)
     tail = before = carry = None
     if plan.context:
         tail = warm.frames if usable and warm else _stored_tail(ctx, job, plan.index - 1)
@@ -227,7 +244,7 @@ def generate_segment(
                           **({"join": join.index} if join is not None else {})})  # fmt: skip
     written = np.ascontiguousarray(stitched.frames[-WINDOW:])
     tail_frames = np.ascontiguousarray(stitched.tail)
-    return job, WarmTail(job.job_id, plan.index, tail_frames, written, carried)
+    return job, WarmTail(job.job_id, plan.index, tail_frames, written, carried, job.attempt)
 
 
 def cross_fade(plan: SegmentPlan, tail: np.ndarray, stored: np.ndarray) -> np.ndarray:
