@@ -5,7 +5,12 @@ key, and again on the resolved path, which also defeats symlinks pointing out).
 A write is durable before it returns (the file and its folder are fsynced): a checkpoint
 recorded after it never points at a file that a power cut could still take away. Temporary
 names carry the host, the process and a random part, so writers on several hosts sharing
-one volume (NFS) never write into each other's temporary file."""
+one volume (NFS) never write into each other's temporary file.
+
+gc prunes the folders it emptied (delete_many) while a new run may be writing into one of
+them: a write creates its temporary file first, which keeps its folder and every folder
+above it from being pruned (rmdir removes only an empty folder), and makes the folders and
+creates it again if gc removed the folder in between."""
 
 from __future__ import annotations
 
@@ -22,6 +27,7 @@ from factory.errors import BadInput
 from factory.store.base import ObjectInfo, check_key
 
 _HOST = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())[:40]
+_PIN_ATTEMPTS = 100  # a folder pruned between mkdir and create this often in a row: give up
 
 
 class FileStore:
@@ -54,8 +60,7 @@ class FileStore:
 
     def put_file(self, key: str, source: Path, *, move: bool = False) -> None:
         target = self.path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temporary(target)
+        tmp = _pinned_temporary(target)
         try:
             if move:
                 os.replace(source, tmp) if _same_device(source, target.parent) else shutil.move(
@@ -73,8 +78,7 @@ class FileStore:
 
     def put_bytes(self, key: str, data: bytes) -> None:
         target = self.path(key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temporary(target)
+        tmp = _pinned_temporary(target)
         try:
             with open(tmp, "wb") as out:
                 out.write(data)
@@ -152,6 +156,24 @@ class FileStore:
 
 def _temporary(target: Path) -> Path:
     return target.with_name(f".{target.name}.part-{_HOST}-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+
+
+def _pinned_temporary(target: Path) -> Path:
+    """A new, empty temporary file beside `target`, its folders made as needed. While it
+    exists, gc cannot prune its folder (nor any above it); gc may prune the folder between
+    the mkdir and the create (FileNotFoundError), or between mkdir's own steps (it then
+    says FileExistsError of a folder that is gone): the folders are made again."""
+    attempt = 0
+    while True:
+        tmp = _temporary(target)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            return tmp
+        except (FileNotFoundError, FileExistsError):
+            attempt += 1
+            if attempt >= _PIN_ATTEMPTS:
+                raise
 
 
 def _fsync_file(path: Path) -> None:

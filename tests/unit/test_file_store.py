@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,40 @@ def test_writers_sharing_a_process_or_a_volume_never_share_a_temporary_file(stor
         list(pool.map(lambda data: store.put_bytes("same/key.bin", data), payloads))
     assert store.path("same/key.bin").read_bytes() in payloads
     assert not [p for p in store.path("same").iterdir() if p.name.startswith(".")]
+
+
+@pytest.mark.parametrize("how", ["bytes", "copy", "move"])
+def test_a_write_survives_gc_pruning_its_folder(tmp_path: Path, how: str):
+    """gc (delete_many) removes the folders it emptied while a new run writes into the same
+    folder: the write lands whole, it never fails because its folder went away under it."""
+    store = FileStore(tmp_path / "store", durable=False)
+    source = tmp_path / "source.bin"
+    stop, errors = threading.Event(), []
+
+    def prune() -> None:  # gc: old keys of the folder deleted, then the emptied folders
+        while not stop.is_set():
+            store.delete_many(["b/v/segments/00000-a1.mkv", "b/v/chunks/00000.mkv"])
+
+    pruner = threading.Thread(target=prune, daemon=True)
+    pruner.start()
+    written, deadline = 0, time.monotonic() + 3
+    try:
+        while time.monotonic() < deadline and not errors:
+            key = f"b/v/segments/{written:05d}-a2.mkv"
+            try:
+                if how == "bytes":
+                    store.put_bytes(key, b"frames")
+                else:
+                    source.write_bytes(b"frames")
+                    store.put_file(key, source, move=how == "move")
+            except OSError as exc:
+                errors.append(f"write {written}: {type(exc).__name__}: {exc}")
+                break
+            assert store.path(key).read_bytes() == b"frames"
+            store.delete(key)  # the folder is empty again: the next write races the pruner
+            written += 1
+    finally:
+        stop.set()
+        pruner.join(5)
+    assert errors == [], f"{errors} (after {written} writes)"
+    assert written > 100
