@@ -116,3 +116,18 @@ def stop_site(site: Site) -> None:
             site.process.wait(10)
         except subprocess.TimeoutExpired:
             site.process.kill()
+
+
+def settled(site: Site, job_id: str, *, seconds: float = 120) -> dict:
+    """The job once nothing is left to run for it (done, failed, cancelled, or waiting for
+    review): without a broker the server's own runner runs what it accepts, in the background."""
+    viewer = site.api("viewer")
+    deadline = time.monotonic() + seconds
+    while True:
+        job = viewer.get(f"{site.base}/api/v1/jobs/{job_id}").json()
+        if job["stage"] in ("done", "failed", "cancelled", "review"):
+            return job
+        if time.monotonic() > deadline:
+            log = (site.home / "serve.log").read_text()
+            raise AssertionError(f"{job_id} is still {job['stage']} after {seconds} s\n{log}")
+        time.sleep(0.25)

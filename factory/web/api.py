@@ -182,8 +182,6 @@ def redo(request: Request, job_id: str, body: RedoBody) -> JSONResponse:
     seed = body.seed if body.seed is not None or body.prompt else secrets.randbits(31)
     plan, job = ops.redo(job_id, range_text=body.range, actor=found.principal.actor, seed=seed,
                          prompt=body.prompt, reason=body.reason, cascade=body.cascade)  # fmt: skip
-    if ops.in_process:
-        request.app.state.background.submit(ops.run_here, job_id, "redo")
     return JSONResponse({"plan": plan.to_dict(), "job": job_summary(job), "seed": seed},
                         status_code=202)  # fmt: skip
 

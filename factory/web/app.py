@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -29,19 +30,33 @@ from factory.web import api, console
 from factory.web.auth import NotSignedIn, SignInLimiter, require_api
 from factory.web.live import LiveHub
 from factory.web.media import Thumbnails, media_for, ranged
+from factory.web.runner import LocalRunner
 
 HERE = Path(__file__).parent
 
 
 def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI:
     factory = factory or Factory.open(settings)
-    ops = Operations(factory)
+    # Embedded (no broker: no workers, no sweeper): what this server accepts (submit, requeue,
+    # approve, redo) its own runner runs, one job at a time (factory/web/runner.py).
+    runner = None if settings.broker_url else LocalRunner()
+    ops = Operations(factory, dispatcher=runner.dispatch if runner else None)
+    if runner is not None:
+        runner.start(ops.run_here)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        yield
+        if runner is not None:
+            runner.close()
+
     app = FastAPI(
         title="Long-video factory",
         version=__version__,
         openapi_url=None,  # served below, to token holders only
         docs_url=None,
         redoc_url=None,
+        lifespan=lifespan,
     )
     app.state.settings = settings
     app.state.factory = factory
@@ -50,8 +65,7 @@ def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI
     app.state.limiter = SignInLimiter(settings.console.signin_attempts)
     app.state.store = open_store(settings.store_url, settings.s3)
     app.state.thumbnails = Thumbnails(app.state.store)
-    # Embedded (no broker): work an action starts (a redo) runs here, one job at a time.
-    app.state.background = ThreadPoolExecutor(max_workers=1, thread_name_prefix="factory-run")
+    app.state.runner = runner  # None with a broker
     app.state.live = LiveHub(
         lambda batch: factory.jobs.list_jobs(batch=batch, limit=100_000),
         settings.console.live_every,

@@ -194,8 +194,6 @@ def act(
             seed = None if new_prompt else secrets.randbits(31)
             ops.redo(job_id, range_text=range_text, actor=actor, seed=seed, prompt=new_prompt,
                      reason=reason)  # fmt: skip
-            if ops.in_process:
-                request.app.state.background.submit(ops.run_here, job_id, "redo")
         else:
             raise HTTPException(404, f"no action {action!r}")
     except (BadInput, ValueError) as exc:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.console_site import MARKUP, Site, make_site, stop_site
+from tests.console_site import MARKUP, Site, make_site, settled, stop_site
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
@@ -111,6 +111,8 @@ def test_approve_one_and_send_one_back(page, site: Site, tmp_path: Path) -> None
     screenshot(page, "console-review", tmp_path)
     page.click("button.approve")
     page.wait_for_url("**/jobs/nightly.web-ok?done=approve")
+    assert settled(site, "nightly.web-ok")["stage"] == "done"  # the server delivers it (embedded)
+    page.reload()
     assert page.locator("#stage").inner_text() == "done"
     assert site.store_path("nightly/web-ok/out/mobile.mp4").stat().st_size > 0
     assert "approved" in page.locator("section.events").inner_text()
