@@ -17,10 +17,10 @@ from factory.db.state import Job
 from factory.errors import PermanentError, RetryableError, StaleAttempt
 from factory.heartbeat import Heartbeat
 from factory.pipeline.chunk_qc import measure_chunk
-from factory.pipeline.chunks import chunk_key, chunk_ready, plan_chunks
+from factory.pipeline.chunks import chunk_ready, plan_chunks
+from factory.pipeline.context import StageContext
 from factory.pipeline.deliver import run_deliver
-from factory.pipeline.encode import encode_chunk as encode_one_chunk
-from factory.pipeline.encode import run_encode
+from factory.pipeline.encode import ensure_chunk, run_encode
 from factory.pipeline.files import Segments
 from factory.pipeline.generate import generate_segment as make_segment
 from factory.pipeline.generate import next_segment, segments_made
@@ -42,7 +42,13 @@ log = logging.getLogger("factory.tasks")
 # The work stops here and the sweeper resumes the job later: infrastructure, not the job.
 INTERRUPTIONS = (RetryableError, SoftTimeLimitExceeded, OperationalError, RedisError)
 
-CPU_STAGE_FUNCTIONS = {Stage.ENCODE: run_encode, Stage.MUX: run_mux, Stage.QC: run_qc,
+
+def _encode(ctx: StageContext, job: Job) -> Job:
+    """The encode stage, waiting for (or claiming) a chunk a chunk message is encoding."""
+    return run_encode(ctx, job, claims=runtime().claims)
+
+
+CPU_STAGE_FUNCTIONS = {Stage.ENCODE: _encode, Stage.MUX: run_mux, Stage.QC: run_qc,
                        Stage.DELIVER: run_deliver}  # fmt: skip
 
 
@@ -158,9 +164,8 @@ def encode_chunk(job_id: str, chunk_index: int) -> None:
     if not chunk_ready(job, chunk):  # redone since it was sent: a later message will come
         return
     made = Segments.load(rt.machine, job)
-    for rendition in job.video.renditions:
-        if not rt.ctx.store.exists(chunk_key(made, chunk, rendition)):
-            encode_one_chunk(rt.ctx, made, chunk, rendition)
+    for rendition in job.video.renditions:  # once: the encode stage may be at it too (claims)
+        ensure_chunk(rt.ctx, made, chunk, rendition, rt.claims)
     measure_chunk(rt.ctx, made, chunk)  # the quality gate's per-chunk half, off the tail
 
 

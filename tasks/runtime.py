@@ -15,6 +15,7 @@ from factory.app import Factory
 from factory.config import Settings
 from factory.db.state import JobStateMachine
 from factory.generate.memory import configure_allocator
+from factory.pipeline.claims import Claims, open_claims
 from factory.pipeline.context import StageContext
 from factory.pipeline.generate import WarmTail
 
@@ -28,6 +29,7 @@ class Runtime:
     own_queue: str | None  # this GPU worker's queue, if it is one
     warm: WarmTail | None = field(default=None)
     _broker: redis.Redis | None = field(default=None)
+    _claims: Claims | None = field(default=None)
 
     @property
     def broker(self) -> redis.Redis:
@@ -37,6 +39,14 @@ class Runtime:
                 self.settings.broker_url or "redis://", socket_timeout=10, socket_connect_timeout=10
             )
         return self._broker
+
+    @property
+    def claims(self) -> Claims:
+        """Claims on chunks being encoded (factory/pipeline/claims.py): in Redis, shared by
+        every worker (FACTORY_REDIS_URL, else the broker's Redis)."""
+        if self._claims is None:
+            self._claims = open_claims(self.settings.redis_url, self.settings.broker_url)
+        return self._claims
 
     @property
     def machine(self) -> JobStateMachine:

@@ -5,8 +5,11 @@ runs, their packets fingerprinted, and the seam thumbnails of its segments kept.
 stage then only joins these measurements and checks the whole files (docs/qc.md): what is
 left after the last segment is the last chunk, the joins, the audio and the probes.
 
-A measurement is stored under a name made of the chunk files it measured (and the
-subsampling), so one left by an earlier run can never stand for other chunks.
+A measurement is stored under a name made of the content (sha256) of the chunk files it
+measured (and the subsampling): it stands for those bytes and no others, whoever encoded them
+and whenever (two encodes of one chunk on two workers may differ in bytes), and one left by
+an earlier run can never stand for other chunks. The encode stage records the digests of the
+chunks it joined (``progress.encode.digests``); the qc stage finds their measurements by them.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from factory.db.state import Job
 from factory.media.analyze import PassResult, Reference, analyze
 from factory.media.frames import frames_at
 from factory.media.probe import video_packet_digests
@@ -58,18 +62,44 @@ def first_frame(chunk: Chunk) -> int:
     return chunk.segments[0].write_start
 
 
-def measure_key(ctx: StageContext, made: Segments, chunk: Chunk, suffix: str) -> str:
+def file_digest(path: Path) -> str:
+    """A file's content digest (sha256, 32 hex digits): what a chunk measurement is named by."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()[:32]
+
+
+def joined_digests(job: Job, chunk: Chunk) -> dict[str, str] | None:
+    """The content digests of the chunk's files the encode stage joined, per rendition (None
+    before the join, or for a job joined before digests were recorded)."""
+    recorded = job.progress.get("encode", {}).get("digests")
+    if not recorded:
+        return None
+    try:
+        return {r: recorded[r][chunk.index] for r in job.video.renditions}
+    except (KeyError, IndexError):
+        return None
+
+
+def measure_key(
+    ctx: StageContext, made: Segments, chunk: Chunk, suffix: str, digests: dict[str, str]
+) -> str:
+    """Named by the content of the chunk files measured (``digests``: per rendition)."""
     video = made.job.video
     made_of = {
-        "chunks": [chunk_key(made, chunk, r) for r in video.renditions],
+        "content": [digests[r] for r in video.renditions],
         "subsample": ctx.qc.vmaf_subsample,
     }
     digest = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:16]
     return keys.chunk_qc(video.batch, video.video_id, chunk.index, digest, suffix)
 
 
-def stored_measure(ctx: StageContext, made: Segments, chunk: Chunk) -> ChunkMeasure | None:
-    key = measure_key(ctx, made, chunk, "json")
+def stored_measure(
+    ctx: StageContext, made: Segments, chunk: Chunk, digests: dict[str, str]
+) -> ChunkMeasure | None:
+    key = measure_key(ctx, made, chunk, "json", digests)
     if not ctx.store.exists(key):
         return None
     with ctx.store.local_path(key) as path:
@@ -77,22 +107,32 @@ def stored_measure(ctx: StageContext, made: Segments, chunk: Chunk) -> ChunkMeas
     return ChunkMeasure.from_dict(data) if data.get("schema") == SCHEMA else None
 
 
-def measure_chunk(ctx: StageContext, made: Segments, chunk: Chunk) -> ChunkMeasure:
-    """The chunk's measurement: the stored one, or made now (and stored) from its encoded
-    renditions and its segment files."""
-    found = stored_measure(ctx, made, chunk)
-    if found is not None:
-        return found
+def measure_chunk(
+    ctx: StageContext, made: Segments, chunk: Chunk, digests: dict[str, str] | None = None
+) -> ChunkMeasure:
+    """The measurement of the chunk's files: the stored one for their content, or made now
+    (and stored) from its encoded renditions and its segment files. ``digests``: the content
+    of the files that were joined (joined_digests), whose stored measurement is looked up
+    without reading them; the chunk files in the store are read and digested otherwise."""
+    if digests is not None:
+        found = stored_measure(ctx, made, chunk, digests)
+        if found is not None:
+            return found
     video = made.job.video
     names = list(video.renditions)
     start = first_frame(chunk)
     offset = start / video.fps
     with ExitStack() as stack:
+        encoded = {r: stack.enter_context(ctx.store.local_path(chunk_key(made, chunk, r)))
+                   for r in names}  # fmt: skip
+        content = {r: file_digest(encoded[r]) for r in names}  # what is measured
+        if content != digests:
+            found = stored_measure(ctx, made, chunk, content)
+            if found is not None:
+                return found
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=ctx.work_dir(video))))
         segments = [stack.enter_context(ctx.store.local_path(made.segment(s.index)))
                     for s in chunk.segments]  # fmt: skip
-        encoded = {r: stack.enter_context(ctx.store.local_path(chunk_key(made, chunk, r)))
-                   for r in names}  # fmt: skip
         reference = Reference(
             [(path, s.write_count) for path, s in zip(segments, chunk.segments, strict=True)],
             video.width,
@@ -120,11 +160,11 @@ def measure_chunk(ctx: StageContext, made: Segments, chunk: Chunk) -> ChunkMeasu
         renditions=renditions,
         black=[[round(a + offset, 4), round(b + offset, 4)] for a, b in first.black],
         frozen=[[round(a + offset, 4), round(b + offset, 4)] for a, b in first.frozen],
-        thumbs_key=measure_key(ctx, made, chunk, "png"),
+        thumbs_key=measure_key(ctx, made, chunk, "png", content),
     )
     ctx.store.put_bytes(measure.thumbs_key, strip)
     body = json.dumps(measure.to_dict()).encode()
-    ctx.store.put_bytes(measure_key(ctx, made, chunk, "json"), body)
+    ctx.store.put_bytes(measure_key(ctx, made, chunk, "json", content), body)
     return measure
 
 

@@ -14,17 +14,21 @@ from __future__ import annotations
 import logging
 import tempfile
 import threading
+import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
+from factory import stopping
 from factory.db.state import Job
 from factory.media.concat import concat_copy_argv, ffconcat
 from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS, encode_argv
 from factory.media.splice import gop_span, keyframe_frames, splice
-from factory.pipeline.chunk_qc import measure_chunk
+from factory.pipeline.chunk_qc import file_digest, measure_chunk
 from factory.pipeline.chunks import Chunk, chunk_key, chunk_keyframes, chunk_ready, plan_chunks
+from factory.pipeline.claims import LOCAL, Claims
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
 from factory.stages import Stage
@@ -33,17 +37,48 @@ from factory.store import keys
 log = logging.getLogger(__name__)
 
 
-def encode_chunk(ctx: StageContext, made: Segments, chunk: Chunk, rendition: str) -> None:
+CLAIM_POLL = 0.2  # seconds between looks at a chunk another holder is encoding
+
+
+def encode_chunk(ctx: StageContext, made: Segments, chunk: Chunk, rendition: str,
+                 keep: Callable[[], bool] | None = None) -> bool:  # fmt: skip
     """Encode one chunk of one rendition into the store. During a redo, a chunk that holds
     changed frames is made from the version before's chunk: only its GOPs that hold changed
-    frames are encoded again, the others are copied (factory/media/splice.py)."""
+    frames are encoded again, the others are copied (factory/media/splice.py). ``keep`` is
+    asked right before the put (the claim is still this holder's); False: nothing is put."""
     video = made.job.video
     key = chunk_key(made, chunk, rendition)
     with tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
         target = Path(scratch) / "chunk.mp4"
         if not _splice_redo(ctx, made, chunk, rendition, Path(scratch), target):
             _encode(ctx, made, chunk, rendition, Path(scratch), target)
+        if keep is not None and not keep():
+            log.warning("chunk %s %s: the claim expired during the encode; not put", chunk.index,
+                        rendition)  # fmt: skip
+            return False
         ctx.store.put_file(key, target, move=True)
+        return True
+
+
+def ensure_chunk(ctx: StageContext, made: Segments, chunk: Chunk, rendition: str,
+                 claims: Claims | None = None) -> bool:  # fmt: skip
+    """The chunk in the store, encoded once: here, unless it is there already or another
+    holder is encoding it (the chunk message and the encode stage both find the last chunk
+    missing), in which case this waits for that encode (or claims the chunk when that
+    holder's claim expires). True when it was encoded here. Two encodes of the same frames on
+    two workers may differ in bytes (docs/jobs.md): the second must not replace the first."""
+    claims = claims or LOCAL
+    key = chunk_key(made, chunk, rendition)
+    while not ctx.store.exists(key):
+        with claims.hold(key) as claim:
+            if claim is not None:
+                if ctx.store.exists(key):  # put between our look and our claim
+                    return False
+                if encode_chunk(ctx, made, chunk, rendition, keep=claim.held):
+                    return True
+        stopping.check()  # a holder that lost the job stops waiting
+        time.sleep(CLAIM_POLL)
+    return False
 
 
 def _encode(ctx: StageContext, made: Segments, chunk: Chunk, rendition: str, scratch: Path,
@@ -131,7 +166,7 @@ def record_chunks(ctx: StageContext, job: Job, done: dict[str, set[int]], total:
     return ctx.machine.checkpoint(job.job_id, attempt=job.attempt, updates={"encode": encode})
 
 
-def run_encode(ctx: StageContext, job: Job) -> Job:
+def run_encode(ctx: StageContext, job: Job, claims: Claims | None = None) -> Job:
     video = job.video
     chunks = plan_chunks(video)
     made = Segments.load(ctx.machine, job)
@@ -139,10 +174,11 @@ def run_encode(ctx: StageContext, job: Job) -> Job:
     for rendition in video.renditions:
         for chunk in chunks:
             if chunk.index not in done[rendition]:
-                encode_chunk(ctx, made, chunk, rendition)
+                ensure_chunk(ctx, made, chunk, rendition, claims)
                 done[rendition].add(chunk.index)
                 job = record_chunks(ctx, job, done, len(chunks))
     joined: dict[str, str] = {}
+    digests: dict[str, list[str]] = {}  # the bytes of every chunk joined: QC's measurements
     for rendition in video.renditions:
         with ExitStack() as stack, tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
             entries = [
@@ -150,6 +186,7 @@ def run_encode(ctx: StageContext, job: Job) -> Job:
                  chunk.frames)
                 for chunk in chunks
             ]  # fmt: skip
+            digests[rendition] = [file_digest(path) for path, _ in entries]
             listing = Path(scratch) / "join.ffconcat"
             listing.write_text(ffconcat(entries, video.fps))
             target = Path(scratch) / f"{rendition}.video.mp4"
@@ -160,6 +197,7 @@ def run_encode(ctx: StageContext, job: Job) -> Job:
         "chunks": {r: sorted(c) for r, c in done.items()},
         "chunks_total": len(chunks),
         "joined": joined,
+        "digests": digests,  # what the qc stage finds the chunks' measurements by
         "epoch": made.chunks_epoch,  # what the chunks joined here are named by
     }
     job = ctx.machine.checkpoint(job.job_id, attempt=job.attempt, updates={"encode": encode})
@@ -206,7 +244,7 @@ class ChunkEncoder:
         made = Segments.load(self.ctx.machine, job)
         for rendition in job.video.renditions:
             if chunk.index not in done[rendition]:
-                encode_chunk(self.ctx, made, chunk, rendition)
+                ensure_chunk(self.ctx, made, chunk, rendition)
                 done[rendition].add(chunk.index)
         measure_chunk(self.ctx, made, chunk)
         record_chunks(self.ctx, job, done, total)

@@ -21,7 +21,13 @@ from factory.generate.guard import FLAT_SPREAD
 from factory.media.analyze import PassResult
 from factory.media.probe import probe, video_packet_digests
 from factory.pipeline import files
-from factory.pipeline.chunk_qc import ChunkMeasure, joined_result, measure_chunk, seam_thumbnails
+from factory.pipeline.chunk_qc import (
+    ChunkMeasure,
+    joined_digests,
+    joined_result,
+    measure_chunk,
+    seam_thumbnails,
+)
 from factory.pipeline.chunks import plan_chunks
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
@@ -41,8 +47,9 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
     made = Segments.load(ctx.machine, job)
     limits = ctx.qc
     # Measured chunk by chunk while generation ran; a chunk that the encode stage itself
-    # encoded is measured now, the same way.
-    measures = [measure_chunk(ctx, made, chunk) for chunk in chunks]
+    # encoded is measured now, the same way. A measurement is found by the content of the
+    # chunk files the encode stage joined (chunk_qc.py), never by their names alone.
+    measures = [measure_chunk(ctx, made, chunk, joined_digests(job, chunk)) for chunk in chunks]
     renditions: dict[str, dict[str, Any]] = {}
     series: dict[str, dict[str, list[float]]] = {}
     defects: dict[str, list[list[float]]] = {"black": [], "frozen": []}

@@ -1,0 +1,168 @@
+"""Claims on a chunk being encoded: who encodes it now, so that a second taker (the chunk
+message and the encode stage both find the last chunk missing) waits for that encode
+instead of making a second one and writing other bytes over the first.
+
+With Redis (FACTORY_REDIS_URL, or the broker's Redis on Celery workers) a claim is a key set
+with ``SET NX PX`` holding a random token, renewed while the encode runs and removed by its
+holder only (compare and delete); a holder that dies stops renewing and its claim expires
+after ``ttl`` seconds, and a waiter then claims the chunk itself. Without Redis (the
+embedded path: one process) the claims live in the process. Redis being unreachable does not
+stop an encode: it runs unclaimed (a second encode may happen again, and stays harmless for
+the quality gate, whose measurements are named by the chunk's bytes: chunk_qc.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
+
+import redis
+
+log = logging.getLogger(__name__)
+
+PREFIX = "factory:claim:"
+TTL = 30.0  # seconds a claim outlives its holder's last renewal (renewed every TTL/3)
+
+_RENEW = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('pexpire', KEYS[1], ARGV[2])
+end
+return 0
+"""
+_RELEASE = """
+if redis.call('get', KEYS[1]) == ARGV[1] then
+    return redis.call('del', KEYS[1])
+end
+return 0
+"""
+
+
+class Claim(Protocol):
+    def held(self) -> bool:
+        """Whether the claim is still this holder's (asked right before the chunk is put)."""
+        ...
+
+
+class Claims(Protocol):
+    def hold(self, key: str) -> AbstractContextManager[Claim | None]:
+        """The claim on ``key`` while the block runs, or None when another holder has it."""
+        ...
+
+
+class _Unclaimed:
+    """Redis could not be asked: the encode runs without a claim."""
+
+    def held(self) -> bool:
+        return True
+
+
+class RedisClaims:
+    def __init__(self, url: str, ttl: float = TTL) -> None:
+        self.client = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self.ttl = ttl
+
+    @contextmanager
+    def hold(self, key: str) -> Iterator[Claim | None]:
+        """The claim on ``key`` (a chunk's store key) while the block runs, or None when
+        another holder has it."""
+        name, token = PREFIX + key, uuid.uuid4().hex
+        try:
+            got = bool(self.client.set(name, token, nx=True, px=int(self.ttl * 1000)))
+        except redis.RedisError as exc:
+            log.warning("chunk.claim_unavailable", extra={"key": key, "error": str(exc)})
+            yield _Unclaimed()
+            return
+        if not got:
+            yield None
+            return
+        claim = _RedisClaim(self.client, name, token, self.ttl)
+        try:
+            yield claim
+        finally:
+            claim.release()
+
+
+class _RedisClaim:
+    def __init__(self, client: redis.Redis, name: str, token: str, ttl: float) -> None:
+        self.client, self.name, self.token, self.ttl = client, name, token, ttl
+        self._lost = False
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._renew, name="chunk-claim", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._done.wait(self.ttl / 3):
+            try:
+                kept = self.client.eval(_RENEW, 1, self.name, self.token, int(self.ttl * 1000))
+            except redis.RedisError:
+                continue  # try again at the next beat; the claim may still be ours
+            if not kept:
+                self._lost = True
+                return
+
+    def held(self) -> bool:
+        if self._lost:
+            return False
+        try:
+            return self.client.get(self.name) == self.token.encode()
+        except redis.RedisError:
+            return True  # cannot tell: as without a claim
+
+    def release(self) -> None:
+        self._done.set()
+        try:
+            self.client.eval(_RELEASE, 1, self.name, self.token)
+        except redis.RedisError as exc:  # it expires by itself
+            log.warning("chunk.claim_not_released", extra={"key": self.name, "error": str(exc)})
+
+
+class LocalClaims:
+    """Claims within one process (threads): the embedded path."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._held: dict[str, str] = {}
+
+    @contextmanager
+    def hold(self, key: str) -> Iterator[Claim | None]:
+        token = uuid.uuid4().hex
+        with self._lock:
+            if key in self._held:
+                got = False
+            else:
+                self._held[key] = token
+                got = True
+        if not got:
+            yield None
+            return
+        try:
+            yield _LocalClaim(self, key, token)
+        finally:
+            with self._lock:
+                if self._held.get(key) == token:
+                    del self._held[key]
+
+
+class _LocalClaim:
+    def __init__(self, owner: LocalClaims, key: str, token: str) -> None:
+        self.owner, self.key, self.token = owner, key, token
+
+    def held(self) -> bool:
+        with self.owner._lock:
+            return self.owner._held.get(self.key) == self.token
+
+
+LOCAL = LocalClaims()  # the process's own, where no Redis is configured
+
+
+def open_claims(redis_url: str | None, broker_url: str | None = None) -> RedisClaims | LocalClaims:
+    """Redis claims when there is a Redis (FACTORY_REDIS_URL, else a Redis broker), else the
+    process's own."""
+    url = redis_url or broker_url
+    if url and url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisClaims(url)
+    return LOCAL
