@@ -94,7 +94,6 @@ def fill(database: Database, jobs: int, batch_size: int) -> list[str]:
             total = progress["segments_total"]
             if roll < 0.6:
                 stage, done = "done", total
-                progress["deliver"] = {"outputs": {"mobile": "s3://b/x.mp4"}}
                 progress["qc"] = {"passed": True, "failures": []}
             elif roll < 0.8:
                 stage, done = "generate", rng.randrange(total)
@@ -108,7 +107,7 @@ def fill(database: Database, jobs: int, batch_size: int) -> list[str]:
             conn.execute(
                 jobs_table.update()
                 .where(jobs_table.c.job_id == row.job_id)
-                .values(stage=stage, progress=progress)
+                .values(stage=stage, progress=progress, version=1 if stage == "done" else None)
             )
     factory_jobs.close()
     return names

@@ -80,7 +80,9 @@ class Alerter:
             return False
         if not self.machine.mark_batch_notified(batch):
             return False  # another process sent it
-        summary = batch_summary(jobs, self.machine.segment_seconds(j.job_id for j in jobs))
+        ids = [j.job_id for j in jobs]
+        published = {k: v.outputs or {} for k, v in self.machine.current_versions(ids).items()}
+        summary = batch_summary(jobs, self.machine.segment_seconds(ids), published)
         text = (
             f"factory: batch {batch} complete: {summary['delivered']} delivered, "
             f"{summary['failed']} failed, {summary['cancelled']} cancelled; "
@@ -147,8 +149,13 @@ class Alerter:
             return f"unreachable: {getattr(error, 'reason', error)}"
 
 
-def batch_summary(jobs: list[Job], generated: dict[str, tuple[int, float]]) -> dict[str, Any]:
-    """``generated``: per job, its segments and their generation seconds (job_segments)."""
+def batch_summary(
+    jobs: list[Job],
+    generated: dict[str, tuple[int, float]],
+    published: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """``generated``: per job, its segments and their generation seconds (job_segments);
+    ``published``: per delivered job, the files of its current version (job_versions)."""
     delivered = [j for j in jobs if j.stage is Stage.DONE]
     failed = [j for j in jobs if j.stage is Stage.FAILED]
     qc = [j.progress.get("qc") for j in jobs]
@@ -175,7 +182,7 @@ def batch_summary(jobs: list[Job], generated: dict[str, tuple[int, float]]) -> d
             }
             for j in failed
         ],
-        "outputs": {j.job_id: j.progress.get("deliver", {}).get("outputs", {}) for j in delivered},
+        "outputs": {j.job_id: (published or {}).get(j.job_id, {}) for j in delivered},
     }
 
 

@@ -27,7 +27,7 @@ from factory import preflight
 from factory.alerts import after_terminal, open_alerter
 from factory.app import Factory
 from factory.db.models import batches, jobs
-from factory.db.state import Event, Job, SegmentRecord
+from factory.db.state import Event, Job, SegmentRecord, VersionRecord
 from factory.errors import BadInput
 from factory.forecast import (
     CPU_SECONDS_PER_VIDEO_SECOND,
@@ -118,6 +118,18 @@ class JobView:
     job: Job
     segments: dict[int, SegmentRecord]
     checks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # from the QC report
+    versions: list[VersionRecord] = field(default_factory=list)  # delivered, oldest first
+    review_candidate: dict[str, int] | None = None  # in review: {attempt, version}
+
+    @property
+    def current(self) -> VersionRecord | None:
+        """The version published now (None before the first delivery)."""
+        return next((v for v in self.versions if v.version == self.job.version), None)
+
+    @property
+    def outputs(self) -> dict[str, str]:
+        current = self.current
+        return dict(current.outputs or {}) if current else {}
 
     @property
     def seams(self) -> list[dict[str, Any]]:
@@ -133,7 +145,10 @@ class JobView:
             "claimed_by": job.claimed_by,
             "recoveries": job.recoveries,
             "timings": job.progress.get("timings", {}),
-            "outputs": job.progress.get("deliver", {}).get("outputs", {}),
+            "version": job.version,
+            "outputs": self.outputs,
+            "versions": [v.to_dict() for v in self.versions],
+            "review_candidate": self.review_candidate,
             "qc": job.progress.get("qc"),
             "review": job.progress.get("review"),
             "gc": gc_note(job),
@@ -164,7 +179,9 @@ class Operations:
     def job_view(self, job_id: str, *, with_checks: bool = False) -> JobView:
         job = self.machine.get(job_id)
         checks = self._qc_checks(job) if with_checks else {}
-        return JobView(job, self.machine.segments(job_id), checks)
+        candidate = self.machine.review_candidate(job_id) if job.stage is Stage.REVIEW else None
+        return JobView(job, self.machine.segments(job_id), checks,
+                       self.machine.versions(job_id), candidate)  # fmt: skip
 
     def events(self, job_id: str) -> list[Event]:
         return self.machine.events(job_id)
@@ -319,10 +336,11 @@ class Operations:
         chunks = [(c.index, tuple(s.index for s in c.segments)) for c in planned]
         keyframes = {c.index: chunk_keyframes(video, c) for c in planned}
         seconds = {i: r.seconds for i, r in self.machine.segments(job_id).items()}
-        versions = [int(v["version"]) for v in job.progress.get("versions", [])]
-        current = int(job.progress.get("deliver", {}).get("version", 1))
+        # What it would be delivered as if nothing else were delivered first (the number is
+        # taken under the job's lock when the redo starts, and again when it is delivered).
+        taken = [v.version for v in self.machine.versions(job_id, delivered_only=False)]
         plan = plan_redo(video, video_plan(video), chunks, seconds, start=start, end=end,
-                         cascade=cascade, version=max([current, *versions]) + 1,
+                         cascade=cascade, version=max(taken, default=0) + 1,
                          keyframes=keyframes)  # fmt: skip
         return job, plan
 
@@ -339,7 +357,8 @@ class Operations:
     ) -> tuple[RedoPlan, Job]:
         """Start a redo: the plan's segments made again (new seed and/or prompt), joined,
         encoded, checked and delivered as a new version; sent to the workers, or left for
-        the caller to run in-process when there is no broker (`run_here`)."""
+        the caller to run in-process when nothing is injected and there is no broker (`run_here`);
+        `factory serve` injects its runner."""
         if prompt is not None and not prompt.strip():
             raise BadInput("must not be empty", field="--prompt")
         if prompt is not None and len(prompt) > 2000:
@@ -415,16 +434,39 @@ class Operations:
         after_terminal(open_alerter(self.settings, self.machine), job)
         return job
 
-    def approve(self, job_id: str, *, actor: str, note: str = "") -> Job:
-        """Approved: delivered by the workers (with a broker) or here and now (embedded)."""
-        job = self.machine.approve(job_id, actor=actor, note=note)
+    def approve(
+        self,
+        job_id: str,
+        *,
+        actor: str,
+        note: str = "",
+        attempt: int | None = None,
+        version: int | None = None,
+    ) -> Job:
+        """Approved: delivered by whoever runs this Operations' work: the workers (a broker),
+        the embedded server's runner (`factory serve` injects it), or here and now (the CLI).
+        `attempt` and `version` are what the reviewer saw (`JobView.review_candidate`); the
+        decision is refused if the job in review is no longer that."""
+        job = self.machine.approve(job_id, actor=actor, note=note, attempt=attempt,
+                                   version=version)  # fmt: skip
         if not self.in_process:
             self._send([job])
             return job
         return self.run_here(job.job_id, "approve")
 
-    def reject(self, job_id: str, *, actor: str, reason: str) -> Job:
-        job = self.machine.reject(job_id, actor=actor, reason=reason)
+    def reject(
+        self,
+        job_id: str,
+        *,
+        actor: str,
+        reason: str,
+        attempt: int | None = None,
+        version: int | None = None,
+    ) -> Job:
+        """Sent back: a first version fails in review; a redo is dropped and the job is done
+        again at the version it had."""
+        job = self.machine.reject(job_id, actor=actor, reason=reason, attempt=attempt,
+                                  version=version)  # fmt: skip
         after_terminal(open_alerter(self.settings, self.machine), job)
         return job
 

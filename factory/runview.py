@@ -96,13 +96,15 @@ class RunDisplay:
         self.console.print(f"[{elapsed:7.1f} s] {text}", markup=False, highlight=False)
 
 
-def summary_table(jobs: list[Job], seconds: dict[str, float]) -> Table:
+def summary_table(
+    jobs: list[Job], seconds: dict[str, float], outputs: dict[str, dict[str, str]]
+) -> Table:
+    """`outputs`: each delivered job's published files by name."""
     table = Table("JOB", "RESULT", "SEGMENTS", "TIME", "OUTPUTS / ERROR")
     for job in jobs:
         p = job.progress
         if job.stage is Stage.DONE:
-            outputs = p.get("deliver", {}).get("outputs", {})
-            detail = ", ".join(sorted(outputs))
+            detail = ", ".join(sorted(outputs.get(job.job_id, {})))
             result = "[green]done[/green]"
         elif job.stage is Stage.REVIEW:
             detail = f"QC passed; `factory approve {job.job_id}` or the console delivers it"

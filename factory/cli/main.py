@@ -34,10 +34,10 @@ from factory.cli import topology as cli_topology
 from factory.config import Settings
 from factory.db import migrate
 from factory.db.session import Database
-from factory.db.state import Job, SegmentRecord
+from factory.db.state import Job
 from factory.errors import BadInput, FactoryError
 from factory.manifest import Manifest, load_manifest
-from factory.ops import Operations, event_dict, job_summary, local_actor
+from factory.ops import JobView, Operations, event_dict, job_summary, local_actor
 from factory.pipeline.context import StageContext
 from factory.pipeline.runner import run_job
 from factory.retention import gc_note
@@ -241,7 +241,9 @@ def run(
             started = time.monotonic()
             finished.append(run_job(ctx, job.job_id, worker=worker, observer=display))
             seconds[job.job_id] = time.monotonic() - started
-    out.print(summary_table(finished, seconds))
+    published = factory.jobs.current_versions(j.job_id for j in finished)
+    outputs = {job_id: v.outputs or {} for job_id, v in published.items()}
+    out.print(summary_table(finished, seconds, outputs))
     waiting = [j for j in finished if j.stage is Stage.REVIEW]
     failed = [j for j in finished if j.stage not in (Stage.DONE, Stage.REVIEW)]
     store_root = settings.store_url
@@ -335,24 +337,14 @@ def status(
 ) -> None:
     """Everything about one job: stage, progress, attempt, outputs, QC, last error."""
     view = Operations(_factory()).job_view(job_id)
-    job, made = view.job, view.segments
-    if as_json:
-        _print_json(
-            job_summary(job)
-            | {
-                "spec": job.spec,
-                "trace_id": job.trace_id,
-                "claimed_by": job.claimed_by,
-                "recoveries": job.recoveries,
-                "review": job.progress.get("review"),
-                "segments_made": [
-                    {k: v for k, v in dataclasses.asdict(r).items() if v is not None}
-                    for r in made.values()
-                ],
-            }
-        )
+    if as_json:  # the API's shape (JobView.to_dict), with every segment's whole record
+        made = [
+            {k: v for k, v in dataclasses.asdict(r).items() if v is not None}
+            for r in view.segments.values()
+        ]
+        _print_json(view.to_dict() | {"segments_made": made})
         return
-    for label, value in _status_lines(job, made):
+    for label, value in _status_lines(view):
         out.print(f"[bold]{label:<10}[/bold] {value}")
 
 
@@ -425,20 +417,37 @@ def cancel(
     if as_json:
         _print_json(job_summary(job))
         return
+    if job.stage is Stage.DONE:
+        out.print(f"{job.job_id}: the redo was dropped; version {job.version} stays published")
+        return
     out.print(
         f"{job.job_id} cancelled (was {job.stopped_stage.value if job.stopped_stage else '?'})"
     )
+
+
+ReviewedAttempt = typer.Option(
+    None,
+    "--attempt",
+    help="The attempt you reviewed (`factory status`: candidate); refused "
+    "if another one is in review now.",
+)
+ReviewedVersion = typer.Option(
+    None, "--version", help="The version you reviewed; refused if it would be delivered as another."
+)
 
 
 @app.command()
 def approve(
     job_id: str = typer.Argument(..., metavar="JOB"),
     note: str = typer.Option("", "--note", help="Kept in the job's events."),
+    attempt: int | None = ReviewedAttempt,
+    version: int | None = ReviewedVersion,
     as_json: bool = JsonOption,
 ) -> None:
     """Publish a job that passed QC and waits for review (a batch with `review: required`):
     the workers deliver it, or this command does when there is no broker."""
-    job = _ops().approve(job_id, actor=local_actor(), note=note)
+    job = _ops().approve(job_id, actor=local_actor(), note=note, attempt=attempt,
+                         version=version)  # fmt: skip
     if as_json:
         _print_json(job_summary(job))
         return
@@ -452,13 +461,21 @@ def approve(
 def reject(
     job_id: str = typer.Argument(..., metavar="JOB"),
     reason: str = typer.Option(..., "--reason", help="Why it is sent back (required)."),
+    attempt: int | None = ReviewedAttempt,
+    version: int | None = ReviewedVersion,
     as_json: bool = JsonOption,
 ) -> None:
-    """Send back a job waiting for review: it stops in review with the reason as its error;
-    `factory requeue JOB --from STAGE` makes it again."""
-    job = _ops().reject(job_id, actor=local_actor(), reason=reason)
+    """Send back a job waiting for review. A first version stops in review with the reason as
+    its error (`factory requeue JOB --from STAGE` makes it again); a redo is dropped and the
+    job is done again at the version it had."""
+    job = _ops().reject(job_id, actor=local_actor(), reason=reason, attempt=attempt,
+                        version=version)  # fmt: skip
     if as_json:
         _print_json(job_summary(job))
+        return
+    if job.stage is Stage.DONE:
+        out.print(f"{job.job_id}: the redo was sent back ({reason}); version {job.version} "
+                  "stays published")  # fmt: skip
         return
     out.print(f"{job.job_id} sent back: {reason}")
 
@@ -489,7 +506,8 @@ def _stage(value: str, option: str) -> Stage:
         ) from None
 
 
-def _status_lines(job: Job, made: dict[int, SegmentRecord]) -> list[tuple[str, str]]:
+def _status_lines(view: JobView) -> list[tuple[str, str]]:
+    job, made = view.job, view.segments
     p = job.progress
     video = job.video
     held = "last held by" if job.stage.is_terminal or job.stage.is_parked else "held by"
@@ -518,7 +536,7 @@ def _status_lines(job: Job, made: dict[int, SegmentRecord]) -> list[tuple[str, s
     ]
     if timings:
         lines.append(("timings", ", ".join(timings)))
-    outputs = p.get("deliver", {}).get("outputs", {})
+    outputs = view.outputs
     lines.append(
         (
             "outputs",
@@ -526,20 +544,28 @@ def _status_lines(job: Job, made: dict[int, SegmentRecord]) -> list[tuple[str, s
         )
     )
     lines.append(("qc", _qc_text(p.get("qc"), [r.seam for r in made.values() if r.seam])))
-    for entry in p.get("versions", []):
-        current = p.get("deliver", {}).get("version", 1) == entry["version"]
-        said = f"v{entry['version']}{' (delivered)' if current else ''} at {entry['at'][:19]}"
-        if "range" in entry:
-            start, end = entry["range"]
-            said += (f": redo {start:g}-{end:g} s, segments {entry['segments'][0]}-"
-                     f"{entry['segments'][-1]} by {entry.get('actor') or '?'}"
-                     + (f" ({entry['reason']})" if entry.get("reason") else ""))  # fmt: skip
+    for entry in view.versions:
+        current = job.version == entry.version
+        at = (entry.delivered_at or entry.reserved_at).isoformat()[:19]
+        said = f"v{entry.version}{' (published)' if current else ''} at {at}"
+        detail = entry.detail
+        if detail.get("kind") == "redo":
+            start, end = detail["range"]
+            said += (f": redo {start:g}-{end:g} s, segments {detail['segments'][0]}-"
+                     f"{detail['segments'][-1]} by {entry.actor or '?'}"
+                     + (f" ({detail['reason']})" if detail.get("reason") else ""))  # fmt: skip
+        elif detail.get("kind") == "redelivery":
+            said += ": delivered again after a requeue"
         lines.append(("version", said))
     if redo := p.get("redo"):
         why = redo.get("reason") or "no reason given"
         lines.append(("redo", f"version {redo['version']} in progress: segments "
                               f"{redo['segments'][0]}-{redo['segments'][-1]} of "
                               f"{redo['start']:g}-{redo['end']:g} s ({why})"))  # fmt: skip
+    if view.review_candidate:
+        c = view.review_candidate
+        lines.append(("candidate", f"attempt {c['attempt']}, to be delivered as version "
+                                   f"{c['version']}"))  # fmt: skip
     if review := p.get("review"):
         said = review.get("reason") or review.get("note") or ""
         lines.append(
@@ -600,6 +626,11 @@ def _next_step(job: Job) -> str:
         return (
             f"waiting for review: `factory approve {job.job_id}` delivers it, "
             f"`factory reject {job.job_id} --reason TEXT` sends it back (or the console)"
+        )
+    if job.stage is Stage.FAILED and (job.progress.get("redo") or {}).get("restore"):
+        return (
+            f"`factory requeue {job.job_id}` continues the redo; `factory cancel {job.job_id}` "
+            f"drops it and keeps version {job.version} published"
         )
     if job.stage is Stage.FAILED and job.stopped_stage is Stage.REVIEW:
         return (

@@ -132,6 +132,9 @@ jobs = Table(
     Column("heartbeat_at", UtcDateTime),
     Column("created_at", UtcDateTime, nullable=False),
     Column("updated_at", UtcDateTime, nullable=False),
+    # The delivered version that is published now (a row of `job_versions`); NULL until the
+    # first delivery. It only moves forward, in the transaction that records that version.
+    Column("version", Integer, nullable=True),
     CheckConstraint(f"stage IN ({STAGES_SQL})", name="stage"),
     CheckConstraint(f"stopped_stage IS NULL OR stopped_stage IN ({STAGES_SQL})", name="stopped"),
     CheckConstraint("attempt >= 0", name="attempt"),
@@ -172,6 +175,29 @@ job_segments = Table(
     Column("seam", Json, nullable=True),  # the seam before this segment, with regenerations
     Column("memory", Json, nullable=True),
     Column("made_at", UtcDateTime, nullable=True),
+)
+
+# Every delivery of a job, append-only: a number is taken (`pending`) before the delivery
+# writes its files under a prefix of its own, and becomes `delivered` (and the job's current
+# version) only after every file is stored and verified. A delivered row and its files are
+# never written again; a pending row whose attempt died stays `pending` (its number is not
+# reused, so no writer can meet another under one prefix).
+job_versions = Table(
+    "job_versions",
+    metadata,
+    Column("job_id", Id, ForeignKey("jobs.job_id", ondelete="CASCADE"), primary_key=True),
+    Column("version", Integer, primary_key=True),
+    Column("attempt", Integer, nullable=False),  # the deliver stage's attempt that took it
+    Column("state", String(16), nullable=False),
+    Column("prefix", Text, nullable=False),  # where its files live in the store
+    Column("outputs", Json, nullable=True),  # {rendition|qc|contact|quality: url}
+    Column("segments_from", Json, nullable=True),  # {segment: attempt} it was made from
+    Column("detail", Json, nullable=False),  # kind, redo range/segments/join/chunks, reason
+    Column("actor", Text, nullable=False, default=""),
+    Column("reserved_at", UtcDateTime, nullable=False),
+    Column("delivered_at", UtcDateTime, nullable=True),
+    CheckConstraint("state IN ('pending', 'delivered')", name="state"),
+    CheckConstraint("version >= 1", name="version"),
 )
 
 # The prompt-embedding cache's index (the blobs live in the store or in Redis). Rows stay

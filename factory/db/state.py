@@ -12,6 +12,7 @@ appended to ``job_events`` with the job's trace id, in the same transaction.
 
 from __future__ import annotations
 
+import copy
 import functools
 import json
 import uuid
@@ -23,7 +24,7 @@ from typing import Any
 from sqlalchemy import Connection, delete, func, insert, select, text, tuple_, update
 from sqlalchemy.dialects import postgresql, sqlite
 
-from factory.db.models import batches, job_events, job_segments, jobs, utcnow
+from factory.db.models import batches, job_events, job_segments, job_versions, jobs, utcnow
 from factory.db.session import Database
 from factory.errors import (
     BadInput,
@@ -68,6 +69,7 @@ class Job:
     heartbeat_at: datetime | None
     created_at: datetime
     updated_at: datetime
+    version: int | None = None  # the delivered version published now (job_versions)
 
     @functools.cached_property
     def video(self) -> VideoSpec:
@@ -117,6 +119,46 @@ class SegmentRecord:
     @classmethod
     def from_row(cls, row: Any) -> SegmentRecord:
         return cls(row.segment, row.attempt, row.seconds, row.colour, row.seam, row.memory)
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """A delivery of a job (a row of `job_versions`): `pending` while its files are written
+    under its own prefix, `delivered` once they are all stored and verified. Never edited
+    after that."""
+
+    job_id: str
+    version: int
+    attempt: int
+    state: str
+    prefix: str
+    outputs: dict[str, str] | None
+    segments_from: dict[str, int | None] | None  # {segment: the attempt whose files it holds}
+    detail: dict[str, Any]  # kind (first | redo | redelivery), a redo's range and reason
+    actor: str
+    reserved_at: datetime
+    delivered_at: datetime | None
+
+    @property
+    def delivered(self) -> bool:
+        return self.state == "delivered"
+
+    @classmethod
+    def from_row(cls, row: Any) -> VersionRecord:
+        return cls(**row._mapping)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "state": self.state,
+            "attempt": self.attempt,
+            "prefix": self.prefix,
+            "outputs": self.outputs or {},
+            "segments_from": self.segments_from,
+            "actor": self.actor,
+            "at": (self.delivered_at or self.reserved_at).isoformat(timespec="seconds"),
+            **self.detail,
+        }
 
 
 @dataclass(frozen=True)
@@ -205,6 +247,35 @@ class JobStateMachine:
                 .order_by(job_segments.c.segment)
             )
             return {row.segment: SegmentRecord.from_row(row) for row in rows}
+
+    def versions(self, job_id: str, *, delivered_only: bool = True) -> list[VersionRecord]:
+        """The job's versions in order (only delivered ones unless told otherwise)."""
+        query = (
+            select(job_versions)
+            .where(job_versions.c.job_id == job_id)
+            .order_by(job_versions.c.version)
+        )
+        if delivered_only:
+            query = query.where(job_versions.c.state == "delivered")
+        with self.database.transaction() as conn:
+            return [VersionRecord.from_row(row) for row in conn.execute(query)]
+
+    def current_versions(self, job_ids: Iterable[str]) -> dict[str, VersionRecord]:
+        """{job: its current (published) version}, in one query."""
+        ids = list(job_ids)
+        if not ids:
+            return {}
+        query = (
+            select(job_versions)
+            .join(
+                jobs,
+                (jobs.c.job_id == job_versions.c.job_id)
+                & (jobs.c.version == job_versions.c.version),
+            )
+            .where(jobs.c.job_id.in_(ids))
+        )
+        with self.database.transaction() as conn:
+            return {row.job_id: VersionRecord.from_row(row) for row in conn.execute(query)}
 
     def segment(self, job_id: str, index: int) -> SegmentRecord | None:
         with self.database.transaction() as conn:
@@ -688,11 +759,107 @@ class JobStateMachine:
                     {"from": job.stage.value, "kind": "Abandoned", "message": message})  # fmt: skip
         return self._read(conn, job.job_id)
 
+    # --- delivery: versions (factory/pipeline/deliver.py) ------------------------------
+
+    def reserve_version(
+        self, job_id: str, *, attempt: int, prefix_for: Callable[[int], str]
+    ) -> VersionRecord:
+        """The version the deliver stage of ``attempt`` writes: a number no delivery of the job
+        used before (taken under the job's row lock, so two deliveries never share one), with
+        its own store prefix. The same attempt asking again gets its own reservation back."""
+        with self.database.transaction() as conn:
+            job = self._held(conn, job_id, attempt)
+            if job.stage is not Stage.DELIVER:
+                raise self._fenced(conn, job_id, attempt)
+            mine = conn.execute(
+                select(job_versions).where(
+                    job_versions.c.job_id == job_id,
+                    job_versions.c.attempt == attempt,
+                    job_versions.c.state == "pending",
+                )
+            ).first()
+            if mine is not None:
+                return VersionRecord.from_row(mine)
+            version = self._next_version(conn, job_id)
+            redo = job.progress.get("redo")
+            if redo:
+                detail: dict[str, Any] = {
+                    "kind": "redo", "range": [redo["start"], redo["end"]],
+                    "segments": redo["segments"], "join": redo.get("join"),
+                    "chunks": redo["chunks"], "reason": redo.get("reason", ""),
+                }  # fmt: skip
+                actor = redo.get("actor", "")
+            else:
+                detail = {"kind": "first" if job.version is None else "redelivery"}
+                actor = ""
+            if review := job.progress.get("review"):
+                detail["review"] = review
+            made = conn.execute(
+                select(job_segments.c.segment, job_segments.c.attempt).where(
+                    job_segments.c.job_id == job_id
+                )
+            )
+            values = {
+                "job_id": job_id, "version": version, "attempt": attempt, "state": "pending",
+                "prefix": prefix_for(version), "outputs": None, "detail": detail,
+                "segments_from": {str(row.segment): row.attempt for row in made},
+                "actor": actor, "reserved_at": self.now(conn), "delivered_at": None,
+            }  # fmt: skip
+            conn.execute(insert(job_versions).values(**values))
+            self._event(conn, job_id, job.stage, "version.reserved", attempt, job.trace_id,
+                        {"version": version, "prefix": values["prefix"]})  # fmt: skip
+            return VersionRecord(**values)
+
+    def commit_version(
+        self, job_id: str, *, attempt: int, version: int, outputs: dict[str, str]
+    ) -> Job:
+        """Publish a reserved version whose files are all stored and verified: its record
+        becomes `delivered`, the job's current version moves to it and the job is `done`, in
+        one transaction. A version is never older than the one it replaces."""
+        with self.database.transaction() as conn:
+            job = self._held(conn, job_id, attempt)
+            if job.stage is not Stage.DELIVER:
+                raise self._fenced(conn, job_id, attempt)
+            if job.version is not None and version <= job.version:
+                raise StaleAttempt(job_id, attempt, f"version {job.version} is published already")
+            now = self.now(conn)
+            taken = conn.execute(
+                update(job_versions)
+                .where(job_versions.c.job_id == job_id, job_versions.c.version == version,
+                       job_versions.c.attempt == attempt, job_versions.c.state == "pending")
+                .values(state="delivered", outputs=outputs, delivered_at=now)
+            )  # fmt: skip
+            if taken.rowcount != 1:
+                raise StaleAttempt(job_id, attempt, f"version {version} is not this attempt's")
+            redo = job.progress.get("redo")
+            progress = _with_timing(job.progress, job.stage, Stage.DONE, now)
+            progress.pop("redo", None)  # done: what it was is in its version's record
+            values = {"stage": Stage.DONE.value, "progress": progress, "version": version,
+                      "updated_at": now, "heartbeat_at": now, "recoveries": 0}  # fmt: skip
+            self._fenced_update(conn, job_id, attempt, values, expected_stage=job.stage)
+            if redo:
+                self._event(conn, job_id, job.stage, "redo.delivered", attempt, job.trace_id,
+                            {"version": version})  # fmt: skip
+            self._event(conn, job_id, Stage.DONE, "advanced", attempt, job.trace_id,
+                        {"from": job.stage.value, "version": version})  # fmt: skip
+            return self._read(conn, job_id)
+
+    def _next_version(self, conn: Connection, job_id: str) -> int:
+        """One more than any number a delivery of the job has taken (delivered or not)."""
+        top = conn.execute(
+            select(func.max(job_versions.c.version)).where(job_versions.c.job_id == job_id)
+        ).scalar()
+        return int(top or 0) + 1
+
     # --- operator actions (fence out whoever holds the job) -------------------------
 
     def cancel(self, job_id: str, *, reason: str = "", actor: str = "") -> Job:
+        """Stop the job. A job running (or stopped in) a redo goes back to `done` at the
+        version delivered before the redo instead: the redo is dropped, nothing else."""
         with self.database.transaction() as conn:
             job = self._read(conn, job_id, lock=True)
+            if _discardable_redo(job) and job.stage not in (Stage.DONE, Stage.CANCELLED):
+                return self._discard_redo(conn, job, actor=actor, why=reason, how="cancelled")
             if job.stage.is_terminal:
                 raise InvalidOperation(
                     f"job {job_id} is already {job.stage.value}; there is nothing to cancel",
@@ -737,7 +904,7 @@ class JobStateMachine:
                         f"job {job_id} is done; give --from STAGE to redo part of it",
                         field="--from",
                     )
-                target, progress = reached, job.progress
+                target, progress = reached, dict(job.progress)
             else:
                 if from_stage not in REQUEUE_TARGETS:
                     allowed = ", ".join(s.value for s in REQUEUE_TARGETS)
@@ -761,6 +928,8 @@ class JobStateMachine:
                 # the attempt that made them, and chunks are named by the epoch and the
                 # segment files they were made from (docs/jobs.md).
                 progress["epoch"] = job.attempt + 1
+            # An operator's requeue is a fresh start for the give-up clock (FACTORY_GIVE_UP_AFTER)
+            progress.pop("interrupted", None)
             now = self.now(conn)
             conn.execute(
                 update(jobs)
@@ -816,14 +985,23 @@ class JobStateMachine:
             redone = set(plan["segments"])
             join = plan.get("join")
             rows = conn.execute(
-                select(job_segments.c.segment, job_segments.c.attempt).where(
+                select(job_segments).where(
                     job_segments.c.job_id == job_id,
                     job_segments.c.segment.in_(sorted(redone | {join} - {None})),
                 )
-            )
+            ).all()
             # The files the version before made these segments from: its encoded chunks are
             # named by them, and a redo copies the GOPs it does not change from those chunks.
             previous = {str(row.segment): row.attempt for row in rows}
+            # What a discarded redo (rejected, cancelled) puts back: the records of the segments
+            # it replaces and the later stages' progress of the version before it.
+            restore = {
+                "progress": {k: job.progress[k] for k in _REDO_RESTORES if k in job.progress},
+                "segments": [_segment_row(row) for row in rows],
+            }
+            # The number this redo is expected to be delivered as (the deliver stage takes the
+            # next free one under the row lock; this is for the plan and the reviewer).
+            plan = {**plan, "version": self._next_version(conn, job_id)}
             source = None
             if join is not None:
                 source = {"index": join, "attempt": previous.get(str(join))}
@@ -846,7 +1024,7 @@ class JobStateMachine:
             progress["redo"] = {
                 **plan, "seed": seed, "prompt": prompt, "reason": reason, "actor": actor,
                 "join_source": source, "at": now.isoformat(), "from_attempt": job.attempt,
-                "previous": previous,
+                "previous": previous, "restore": restore,
             }  # fmt: skip
             progress["timings"] = {Stage.GENERATE.value: {"started_at": now.isoformat()}}
             conn.execute(
@@ -886,20 +1064,56 @@ class JobStateMachine:
             )
             return done.rowcount == 1
 
-    def approve(self, job_id: str, *, actor: str, note: str = "") -> Job:
+    def approve(
+        self,
+        job_id: str,
+        *,
+        actor: str,
+        note: str = "",
+        attempt: int | None = None,
+        version: int | None = None,
+    ) -> Job:
         """A job waiting for review goes on to delivery (unclaimed: whoever dispatches it, or
         the sweeper after FACTORY_STALE_AFTER, runs the deliver stage)."""
-        return self._decide(job_id, actor=actor, approved=True, text=note)
+        return self._decide(job_id, actor=actor, approved=True, text=note, attempt=attempt,
+                            version=version)  # fmt: skip
 
-    def reject(self, job_id: str, *, actor: str, reason: str) -> Job:
+    def reject(
+        self,
+        job_id: str,
+        *,
+        actor: str,
+        reason: str,
+        attempt: int | None = None,
+        version: int | None = None,
+    ) -> Job:
         """Send a job waiting for review back: `failed` in review, with the reason as its error
         (`factory status` shows it); `requeue --from STAGE` makes it again, plain `requeue`
         puts the same files up for review again."""
         if not reason.strip():
             raise BadInput("say why the video is sent back", field="reason")
-        return self._decide(job_id, actor=actor, approved=False, text=reason.strip())
+        return self._decide(job_id, actor=actor, approved=False, text=reason.strip(),
+                            attempt=attempt, version=version)  # fmt: skip
 
-    def _decide(self, job_id: str, *, actor: str, approved: bool, text: str) -> Job:
+    def review_candidate(self, job_id: str) -> dict[str, int] | None:
+        """What a job in review would publish: its attempt and the version it would be
+        delivered as (a reviewer's decision names both, and is refused if either moved)."""
+        with self.database.transaction() as conn:
+            job = self._read(conn, job_id)
+            if job.stage is not Stage.REVIEW:
+                return None
+            return {"attempt": job.attempt, "version": self._next_version(conn, job_id)}
+
+    def _decide(
+        self,
+        job_id: str,
+        *,
+        actor: str,
+        approved: bool,
+        text: str,
+        attempt: int | None = None,
+        version: int | None = None,
+    ) -> Job:
         verb = "approved" if approved else "rejected"
         with self.database.transaction() as conn:
             job = self._read(conn, job_id, lock=True)
@@ -909,6 +1123,23 @@ class JobStateMachine:
                     f"only a job in review can be {verb}",
                     field="job",
                 )
+            candidate = self._next_version(conn, job_id)
+            if attempt is not None and attempt != job.attempt:
+                what = _what_is_in_review(job, candidate)
+                raise InvalidOperation(
+                    f"job {job_id} changed since it was reviewed: attempt {attempt} was "
+                    f"reviewed, attempt {job.attempt} is in review now ({what}); look at it "
+                    "again and decide on what is there",
+                    field="attempt",
+                )
+            if version is not None and version != candidate:
+                raise InvalidOperation(
+                    f"job {job_id}: version {version} was reviewed, but what is in review would "
+                    f"be delivered as version {candidate}; look at it again",
+                    field="version",
+                )
+            if not approved and _discardable_redo(job):
+                return self._discard_redo(conn, job, actor=actor, why=text, how="rejected")
             now = self.now(conn)
             target = Stage.DELIVER if approved else Stage.FAILED
             decision = {"decision": verb, "by": actor, "at": now.isoformat()}
@@ -943,6 +1174,47 @@ class JobStateMachine:
             detail["note" if approved else "reason"] = text
             self._event(conn, job_id, target, verb, job.attempt + 1, job.trace_id, detail)
             return self._read(conn, job_id)
+
+    def _discard_redo(self, conn: Connection, job: Job, *, actor: str, why: str, how: str) -> Job:
+        """A redo that will not be delivered (rejected in review, cancelled, or dropped after it
+        failed): the job is `done` again at the version it had, with the records of the
+        segments and the later stages' progress as that version had them; the redo's seeds
+        and prompts go with it. Fences out whoever holds the job (attempt + 1)."""
+        redo = job.progress["redo"]
+        restore = redo["restore"]
+        now = self.now(conn)
+        progress = {k: v for k, v in job.progress.items()
+                    if k not in (*_REDO_RESTORES, "redo", "interrupted")}  # fmt: skip
+        progress |= copy.deepcopy(restore["progress"])
+        progress["segments"] = list(range(progress.get("segments_total", 0)))
+        progress["frame"] = progress.get("frames_total", progress.get("frame", 0))
+        for row in restore["segments"]:
+            values = {**row, "made_at": _parse_time(row.get("made_at"))}
+            conn.execute(
+                _insert_for(conn)(job_segments)
+                .values(job_id=job.job_id, **values)
+                .on_conflict_do_update(index_elements=["job_id", "segment"],
+                                       set_={k: v for k, v in values.items() if k != "segment"})
+            )  # fmt: skip
+        conn.execute(
+            update(jobs)
+            .where(jobs.c.job_id == job.job_id, jobs.c.attempt == job.attempt)
+            .values(stage=Stage.DONE.value, progress=progress, attempt=job.attempt + 1,
+                    stopped_stage=None, last_error=None, claimed_by=None, heartbeat_at=None,
+                    recoveries=0, updated_at=now)
+        )  # fmt: skip
+        conn.execute(
+            update(batches).where(batches.c.batch == job.batch).values(review_notified_at=None)
+        )
+        detail = {"from": job.stage.value, "how": how, "reason": why, "version": job.version,
+                  "range": f"{redo['start']:g}-{redo['end']:g}", "segments": redo["segments"],
+                  **_by(actor)}  # fmt: skip
+        if how == "rejected":
+            self._event(conn, job.job_id, Stage.DONE, "rejected", job.attempt + 1, job.trace_id,
+                        {"from": job.stage.value, "reason": why, **_by(actor)})  # fmt: skip
+        self._event(conn, job.job_id, Stage.DONE, "redo.discarded", job.attempt + 1,
+                    job.trace_id, detail)  # fmt: skip
+        return self._read(conn, job.job_id)
 
     # --- retention (`factory gc`) ---------------------------------------------------
 
@@ -1047,6 +1319,35 @@ class JobStateMachine:
                 trace_id=trace_id,
             )
         )
+
+
+# Progress keys a redo replaces and a discarded redo puts back as they were before it.
+_REDO_RESTORES = ("encode", "mux", "qc", "review", "seeds", "prompts", "timings")
+
+
+def _discardable_redo(job: Job) -> bool:
+    """A redo is running or stopped in this job, recorded with what to put back (redos
+    started before that was recorded can only be requeued)."""
+    redo = job.progress.get("redo")
+    return bool(redo) and "restore" in redo and job.version is not None
+
+
+def _what_is_in_review(job: Job, candidate: int) -> str:
+    redo = job.progress.get("redo")
+    if redo:
+        return f"a redo of {redo['start']:g}-{redo['end']:g} s, to be version {candidate}"
+    return f"to be version {candidate}"
+
+
+def _segment_row(row: Any) -> dict[str, Any]:
+    data = {k: v for k, v in row._mapping.items() if k != "job_id"}
+    made = data.get("made_at")
+    data["made_at"] = made.isoformat() if made is not None else None
+    return data
+
+
+def _parse_time(value: str | None) -> datetime | None:
+    return datetime.fromisoformat(value) if value else None
 
 
 def _by(actor: str) -> dict[str, str]:

@@ -35,11 +35,19 @@ class ReasonBody(BaseModel):
     reason: str = Field(default="", max_length=2000)
 
 
-class RejectBody(BaseModel):
+class Reviewed(BaseModel):
+    """What the reviewer saw (the job's `review_candidate`): a decision is refused with 409
+    if the job in review is another attempt or would be delivered as another version."""
+
+    attempt: int | None = Field(default=None, ge=0)
+    version: int | None = Field(default=None, ge=1)
+
+
+class RejectBody(Reviewed):
     reason: str = Field(min_length=1, max_length=2000)
 
 
-class ApproveBody(BaseModel):
+class ApproveBody(Reviewed):
     note: str = Field(default="", max_length=2000)
 
 
@@ -158,14 +166,16 @@ def approve(
     request: Request, job_id: str, body: ApproveBody = Body(default_factory=ApproveBody)
 ) -> dict[str, Any]:
     found = require_api(request, "operator")
-    job = _ops(request).approve(job_id, actor=found.principal.actor, note=body.note)
+    job = _ops(request).approve(job_id, actor=found.principal.actor, note=body.note,
+                                attempt=body.attempt, version=body.version)  # fmt: skip
     return job_summary(job)
 
 
 @router.post("/jobs/{job_id}/reject", summary="Send a job waiting for review back, with why")
 def reject(request: Request, job_id: str, body: RejectBody) -> dict[str, Any]:
     found = require_api(request, "operator")
-    job = _ops(request).reject(job_id, actor=found.principal.actor, reason=body.reason)
+    job = _ops(request).reject(job_id, actor=found.principal.actor, reason=body.reason,
+                               attempt=body.attempt, version=body.version)  # fmt: skip
     return job_summary(job)
 
 

@@ -176,15 +176,17 @@ def act(
     from_stage: str = Form(""),
     range_text: str = Form("", alias="range"),
     prompt: str = Form(""),
+    attempt: int | None = Form(None),
+    version: int | None = Form(None),
 ) -> Response:
     found = require_page(request, "operator")
     check_csrf(found, csrf)
     ops, actor = _ops(request), found.principal.actor
     try:
         if action == "approve":
-            ops.approve(job_id, actor=actor, note=reason)
+            ops.approve(job_id, actor=actor, note=reason, attempt=attempt, version=version)
         elif action == "reject":
-            ops.reject(job_id, actor=actor, reason=reason)
+            ops.reject(job_id, actor=actor, reason=reason, attempt=attempt, version=version)
         elif action == "requeue":
             ops.requeue(job_id, from_stage=Stage(from_stage) if from_stage else None, actor=actor)
         elif action == "cancel":

@@ -36,14 +36,13 @@ def media_for(job: Job, name: str) -> Media | None:
     """The store key of `name` for this job, or None if it has no such file (yet)."""
     video = job.video
     progress = job.progress
-    delivered = progress.get("deliver", {}).get("outputs", {})
-    version = int(progress.get("deliver", {}).get("version", 1))
+    version = job.version  # the published version (its files are all there: deliver.py)
     if name.endswith(".mp4") and name[:-4] in video.renditions:
         rendition = name[:-4]
         muxed = progress.get("mux", {}).get("muxed", {})
         if job.stage is not Stage.DONE and rendition in muxed:
             return Media(files.muxed(job, rendition), TYPES[".mp4"])  # what is being checked
-        if rendition in delivered:
+        if version is not None:
             key = keys.output(video.batch, video.video_id, rendition, version)
             return Media(key, TYPES[".mp4"])
         return None
@@ -51,7 +50,7 @@ def media_for(job: Job, name: str) -> Media | None:
         picture = name[:-4]
         if job.stage is not Stage.DONE and progress.get("qc", {}).get("pictures", {}).get(picture):
             return Media(files.qc_picture(job, picture), TYPES[".png"])
-        if picture in delivered:
+        if version is not None:
             prefix = keys.delivery_prefix(video.batch, video.video_id, version)
             return Media(f"{prefix}/{name}", TYPES[".png"])
         return None

@@ -513,12 +513,18 @@ def test_redo_over_the_api_delivers_a_new_version(site: Site) -> None:
         assert time.monotonic() < deadline and job["stage"] != "failed", job["last_error"]
         time.sleep(0.5)
     # The batch requires review: the new version waits for it like the first one did.
-    assert job["stage"] == "review" and job["progress"]["deliver"]["version"] == 1
+    assert job["stage"] == "review" and job["version"] == 1
     assert not site.store_path("nightly/api-ok/v2/out/mobile.mp4").exists()
-    assert operator.post(f"{site.base}/api/v1/jobs/nightly.api-ok/approve").status_code == 200
+    seen = job["review_candidate"]
+    assert seen == {"attempt": job["attempt"], "version": 2}
+    approve = f"{site.base}/api/v1/jobs/nightly.api-ok/approve"
+    # A decision on what the reviewer saw before (an earlier attempt) is refused, with why.
+    stale = operator.post(approve, json={"attempt": seen["attempt"] - 1, "version": 2})
+    assert stale.status_code == 409 and "changed since it was reviewed" in stale.text
+    assert operator.post(approve, json=seen).status_code == 200
     job = settled(site, "nightly.api-ok")
     assert job["stage"] == "done"
-    assert job["progress"]["deliver"]["version"] == 2
+    assert job["version"] == 2 and [v["version"] for v in job["versions"]] == [1, 2]
     assert site.store_path("nightly/api-ok/v2/out/mobile.mp4").exists()
     assert site.store_path("nightly/api-ok/out/mobile.mp4").exists()  # version 1 kept
     planned = [e for e in events_of(site, "nightly.api-ok") if e["event"] == "redo.planned"]

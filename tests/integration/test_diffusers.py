@@ -404,7 +404,7 @@ def test_a_redo_with_a_new_prompt_through_a_diffusers_family(
                    timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     job = factory.jobs.get("re.chain")
-    assert job.progress["deliver"]["version"] == 2
+    assert job.version == 2
     assert job.progress["prompts"] == {"1": prompt}
     report = json.loads(run_cli("gpu", "report", "--json", env=env).stdout)
     assert report["embedding_cache"]["entries"] == 3  # the new prompt, encoded once

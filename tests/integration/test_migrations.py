@@ -13,7 +13,7 @@ from factory.db.session import Database
 from factory.errors import SchemaNotReady
 
 TABLES = {"batches", "jobs", "job_events", "job_segments", "prompt_embeddings", "gpu_nodes",
-          "api_tokens", "console_sessions"}  # fmt: skip
+          "api_tokens", "console_sessions", "job_versions"}  # fmt: skip
 
 
 def tables(database: Database) -> set[str]:
@@ -140,4 +140,65 @@ def test_0006_adds_review_and_downgrades_a_job_in_review_to_qc(any_url: str):
         assert [tuple(r) for r in stages] == [("old.q", "qc"), ("old.r", "qc")]
         assert conn.execute(text("SELECT count(*) FROM job_events")).scalar_one() == 1
     assert "api_tokens" not in tables(database)
+    database.dispose()
+
+
+DELIVERED_BEFORE_0007 = {
+    "segment_ranges": [[0, 3]], "frame": 48, "frames_total": 48, "segments_total": 3,
+    "deliver": {"version": 2, "outputs": {"mobile": "file:///s/old/v/v2/out/mobile.mp4"}},
+    "versions": [
+        {"version": 1, "outputs": {"mobile": "file:///s/old/v/out/mobile.mp4"},
+         "at": "2026-12-01T00:00:00+00:00"},
+        {"version": 2, "outputs": {"mobile": "file:///s/old/v/v2/out/mobile.mp4"},
+         "at": "2026-12-02T00:00:00+00:00", "range": [1.0, 2.0], "segments": [1],
+         "join": 2, "chunks": [0], "reason": "a gull", "actor": "cli:bob@h"},
+    ],
+}  # fmt: skip
+
+
+def test_0007_moves_delivered_versions_into_rows_and_back(any_url: str):
+    """A job delivered (and redone) before 0007 keeps its versions: as job_versions rows with
+    `jobs.version` at the published one after the upgrade, back in its progress after a
+    downgrade."""
+    import json
+
+    from factory.db.state import JobStateMachine
+
+    database = Database(any_url)
+    migrate.upgrade(database, "0006")
+    with database.transaction() as conn:
+        conn.execute(text("INSERT INTO batches (batch, source, created_at) "
+                          "VALUES ('old', 'm.yaml', '2026-12-01 00:00:00+00')"))  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO jobs (job_id, batch, spec, spec_sha256, stage, progress, attempt, "
+                "recoveries, trace_id, created_at, updated_at) VALUES ('old.v', 'old', '{}', "
+                "'x', 'done', :p, 9, 0, 't', '2026-12-01 00:00:00+00', "
+                "'2026-12-01 00:00:00+00')"
+            ),
+            {"p": json.dumps(DELIVERED_BEFORE_0007)},
+        )
+    migrate.upgrade(database)
+    machine = JobStateMachine(database)
+    job = machine.get("old.v")
+    assert job.version == 2
+    assert not {"deliver", "versions"} & job.progress.keys()
+    found = machine.versions("old.v")
+    assert [(v.version, v.state, v.prefix) for v in found] == [
+        (1, "delivered", "old/v"), (2, "delivered", "old/v/v2")
+    ]  # fmt: skip
+    assert found[1].detail == {"kind": "redo", "range": [1.0, 2.0], "segments": [1],
+                               "join": 2, "chunks": [0], "reason": "a gull"}  # fmt: skip
+    assert found[1].actor == "cli:bob@h"
+    assert machine.current_versions(["old.v"])["old.v"].outputs == {
+        "mobile": "file:///s/old/v/v2/out/mobile.mp4"
+    }
+    migrate.downgrade(database, "0006")
+    with database.transaction() as conn:
+        raw = conn.execute(text("SELECT progress FROM jobs")).scalar_one()
+    restored = json.loads(raw) if isinstance(raw, str) else raw
+    assert restored["deliver"] == DELIVERED_BEFORE_0007["deliver"]
+    assert [v["version"] for v in restored["versions"]] == [1, 2]
+    assert restored["versions"][1]["reason"] == "a gull"
+    assert "job_versions" not in tables(database)
     database.dispose()

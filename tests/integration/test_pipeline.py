@@ -84,7 +84,7 @@ def test_quick_batch_end_to_end(tmp_path: Path):
             assert png[:4] == b"\x89PNG"
         status = json.loads(run_cli("status", video.job_id, "--json", env=env).stdout)
         assert status["stage"] == "done"
-        outputs = set(status["progress"]["deliver"]["outputs"])
+        outputs = set(status["outputs"])
         assert outputs == {*video.renditions, "qc", "contact", "quality"}
     again = run_cli("run", str(REPO / "examples" / "quick.yaml"), env=env)
     assert again.returncode == 0 and "2 of 2 videos delivered" in again.stdout

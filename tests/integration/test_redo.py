@@ -93,9 +93,9 @@ def test_a_redo_changes_only_its_range_and_delivers_version_2(tmp_path: Path) ->
     assert "version 2 delivered" in done.stdout
     status = json.loads(run_cli("status", "redo.long", "--json", env=env).stdout)
     assert status["stage"] == "done"
-    assert status["progress"]["deliver"]["version"] == 2
-    assert [v["version"] for v in status["progress"]["versions"]] == [1, 2]
-    assert status["progress"]["versions"][1]["reason"] == "a gull melts"
+    assert status["version"] == 2
+    assert [v["version"] for v in status["versions"]] == [1, 2]
+    assert status["versions"][1]["reason"] == "a gull melts"
     # Version 1 stays delivered as it was; version 2 lies beside it.
     assert {p: digests(store / "redo/long/out" / p) for p in v1_files} == v1_files
     assert (store / "redo/long/v2/out/mobile.mp4").stat().st_size > 0
@@ -138,7 +138,7 @@ def test_a_redo_changes_only_its_range_and_delivers_version_2(tmp_path: Path) ->
     ]
     assert any(e["event"] == "redo.delivered" for e in events)
     text = run_cli("status", "redo.long", env=env).stdout
-    assert "v2 (delivered)" in text and "redo 10-14 s, segments 6-8" in text
+    assert "v2 (published)" in text and "redo 10-14 s, segments 6-8" in text
 
 
 def gops_of(video: VideoSpec) -> list[tuple[int, int]]:
@@ -274,12 +274,11 @@ def test_only_a_delivered_job_is_redone_and_one_redo_at_a_time(tmp_path: Path) -
     assert started.stage is Stage.GENERATE
     with pytest.raises(Exception, match="a redo of it is running"):
         ops.redo(job.job_id, range_text="2-3", actor="test", seed=2)
-    cancelled = ops.cancel(job.job_id, reason="not now", actor="test")
-    assert cancelled.stage is Stage.CANCELLED
-    assert cancelled.progress["deliver"]["version"] == 1  # version 1 stays delivered
-    again = ops.requeue(job.job_id, from_stage=None, actor="test")
+    dropped = ops.cancel(job.job_id, reason="not now", actor="test")
+    assert dropped.stage is Stage.DONE and dropped.version == 1  # the redo is dropped
+    plan, again = ops.redo(job.job_id, range_text="10-14", actor="test", seed=1)
     done = run_job(ctx, again.job_id, worker="test")
-    assert done.stage is Stage.DONE and done.progress["deliver"]["version"] == plan.version == 2
+    assert done.stage is Stage.DONE and done.version == plan.version == 2
 
 
 def test_a_redo_that_fails_qc_leaves_version_1_delivered(tmp_path: Path) -> None:
@@ -291,8 +290,8 @@ def test_a_redo_that_fails_qc_leaves_version_1_delivered(tmp_path: Path) -> None
     assert "version 1 stays delivered" in failed.stderr
     status = json.loads(run_cli("status", "redo.long", "--json", env=env).stdout)
     assert (status["stage"], status["stopped_stage"]) == ("failed", "qc")
-    assert status["progress"]["deliver"]["version"] == 1
-    assert [v["version"] for v in status["progress"]["versions"]] == [1]
+    assert status["version"] == 1
+    assert [v["version"] for v in status["versions"]] == [1]
     assert digests(store / "redo/long/out/mobile.mp4") == v1
     assert not (store / "redo/long/v2").exists()
     # Fixed (here: the limit), the redo continues from where it stopped and delivers.
@@ -300,7 +299,7 @@ def test_a_redo_that_fails_qc_leaves_version_1_delivered(tmp_path: Path) -> None
     resumed = run_cli("run", str(tmp_path / "m.yaml"), env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     status = json.loads(run_cli("status", "redo.long", "--json", env=env).stdout)
-    assert status["progress"]["deliver"]["version"] == 2
+    assert status["version"] == 2
 
 
 class SpoiledTail(ProceduralGenerator):
@@ -360,7 +359,7 @@ def test_kill_9_mid_redo_recovers_with_identical_output(cluster: Cluster, tmp_pa
     os.kill(cluster.children("gpu0")[0], signal.SIGKILL)  # mid-redo
     jobs = cluster.wait_done(ids, timeout=300)
     assert [j.stage for j in jobs] == [Stage.DONE, Stage.DONE], cluster.logs()
-    assert [j.progress["deliver"]["version"] for j in jobs] == [2, 2]
+    assert [j.version for j in jobs] == [2, 2]
     assert [e for e in machine.events(ids[1]) if e.event == "recovered"], "not taken over"
     store = cluster.home / "store"
     made = [machine.segments(j.job_id) for j in jobs]

@@ -78,7 +78,7 @@ def test_a_quick_batch_is_delivered_through_the_gateway(cluster, s3_stand, bucke
     for job in jobs:
         video = job.spec["video_id"]
         prefix = f"factory/s3quick/{video}"
-        outputs = job.progress["deliver"]["outputs"]
+        outputs = cluster.factory().jobs.current_versions([job.job_id])[job.job_id].outputs
         assert outputs["mobile"] == f"s3://{bucket}/{prefix}/out/mobile.mp4"
         for name in ("out/mobile.mp4", "out/compat.mp4", "qc.json", "contact.png"):
             assert_intact(s3_stand, bucket, f"{prefix}/{name}")
