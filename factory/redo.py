@@ -202,3 +202,47 @@ def _clock(seconds: float) -> str:
     minutes, rest = divmod(seconds, 60)
     text = f"{int(minutes)}:{rest:05.2f}" if rest % 1 else f"{int(minutes)}:{int(rest):02d}"
     return text
+
+
+# --- what a redo gives its segments (progress.seeds, progress.prompts) -------------------
+# Ranges `[[start, end, value], …]` (half-open, sorted, not overlapping): a redo sets one
+# range, cutting what it covers out of the ranges before it, so the list grows with the
+# redos still in effect, not with the segments they made (a cascade over 3,000 segments is
+# one entry). Maps `{"index": value}` written before ranges read the same.
+
+
+def given(entries: Any, index: int) -> Any | None:
+    """The value a redo gave segment ``index``, or None."""
+    if isinstance(entries, Mapping):
+        return entries.get(str(index))
+    for start, end, value in entries or ():
+        if start <= index < end:
+            return value
+    return None
+
+
+def give(entries: Any, start: int, end: int, value: Any) -> list[list[Any]]:
+    """``entries`` with segments ``start``..``end - 1`` given ``value``."""
+    kept: list[list[Any]] = []
+    for s, e, v in _ranges(entries):
+        if e <= start or s >= end:
+            kept.append([s, e, v])
+            continue
+        if s < start:
+            kept.append([s, start, v])
+        if e > end:
+            kept.append([end, e, v])
+    kept.append([start, end, value])
+    return sorted(kept, key=lambda r: r[0])
+
+
+def _ranges(entries: Any) -> list[list[Any]]:
+    if not isinstance(entries, Mapping):
+        return [list(r) for r in entries or ()]
+    ranges: list[list[Any]] = []
+    for index, value in sorted((int(k), v) for k, v in entries.items()):
+        if ranges and ranges[-1][1] == index and ranges[-1][2] == value:
+            ranges[-1][1] = index + 1
+        else:
+            ranges.append([index, index + 1, value])
+    return ranges

@@ -36,6 +36,7 @@ from factory.errors import (
 from factory.manifest import StoredSpecError, revalidated_spec
 from factory.plan import segment_count
 from factory.redact import redact, redact_value
+from factory.redo import give
 from factory.spec import VideoSpec
 from factory.stages import (
     ACTIVE,
@@ -1015,12 +1016,11 @@ class JobStateMachine:
             progress["encode"] = {"epoch": int(epoch)}
             progress["segments"] = [i for i in job.progress["segments"] if i not in redone]
             progress["frame"] = min(progress.get("frame", 0), plan["changed_start"])
+            first, end = min(redone), max(redone) + 1  # a redo's segments are consecutive
             if seed is not None:
-                progress["seeds"] = {**progress.get("seeds", {}),
-                                     **{str(i): seed for i in sorted(redone)}}  # fmt: skip
+                progress["seeds"] = give(progress.get("seeds"), first, end, seed)
             if prompt:
-                progress["prompts"] = {**progress.get("prompts", {}),
-                                       **{str(i): prompt for i in sorted(redone)}}  # fmt: skip
+                progress["prompts"] = give(progress.get("prompts"), first, end, prompt)
             progress["redo"] = {
                 **plan, "seed": seed, "prompt": prompt, "reason": reason, "actor": actor,
                 "join_source": source, "at": now.isoformat(), "from_attempt": job.attempt,

@@ -22,6 +22,7 @@ from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
 from factory.plan import SegmentPlan, plan_segments, scene_start_frames
 from factory.qc.seams import WINDOW, colour_record, score_seam
+from factory.redo import given
 from factory.spec import VideoSpec
 from factory.stages import Stage
 from factory.stitch import Stitched, anchor_stats, overlap_weights, stitch, toward_anchor
@@ -44,11 +45,11 @@ def _plan(frames: int, length: int, overlap: int, starts: tuple[int, ...], short
 def scene_ids(job: Job) -> list[int]:
     """Each segment's scene for the seam and drift checks: the manifest's scenes, where a
     redo's new prompt starts a scene of its own (it may look different on purpose)."""
-    prompts = job.progress.get("prompts", {})
+    prompts = job.progress.get("prompts")
     ids: list[int] = []
     last: tuple[int, str | None] | None = None
     for plan in video_plan(job.video):
-        key = (plan.scene, prompts.get(str(plan.index)))
+        key = (plan.scene, given(prompts, plan.index))
         ids.append(ids[-1] + (key != last) if ids else 0)
         last = key
     return ids
@@ -59,9 +60,9 @@ def scene_change(job: Job, plans: list[SegmentPlan], index: int) -> bool:
     scene_ids numbers them), from those two segments alone: asked at every seam."""
     if index == 0:
         return False
-    prompts = job.progress.get("prompts", {})
+    prompts = job.progress.get("prompts")
     before, after = plans[index - 1], plans[index]
-    return (before.scene, prompts.get(str(index - 1))) != (after.scene, prompts.get(str(index)))
+    return (before.scene, given(prompts, index - 1)) != (after.scene, given(prompts, index))
 
 
 @dataclass
@@ -127,7 +128,7 @@ def generate_segment(
             before = _stored_written_tail(ctx, job, plan.index - 1)
     scene = video.scenes[plan.scene]
     # A redo with a new prompt gives it to the segments it makes again (progress.prompts).
-    text = job.progress.get("prompts", {}).get(str(plan.index), scene.prompt)
+    text = given(job.progress.get("prompts"), plan.index) or scene.prompt
     prompt = ctx.prompt(video.model, text, video.negative_prompt)
     redo = job.progress.get("redo")
     join = _join_target(job, plan)
@@ -343,7 +344,7 @@ def _make(
     regeneration: int,
 ) -> tuple[Stitched, bytes | None]:
     video = job.video
-    own_seed = job.progress.get("seeds", {}).get(str(plan.index))  # a redo's new seed
+    own_seed = given(job.progress.get("seeds"), plan.index)  # a redo's new seed
     seed = segment_seed(video.seed if own_seed is None else own_seed, plan.index, regeneration)
     carried = None
     if getattr(generator, "carries_latents", False):

@@ -405,7 +405,7 @@ def test_a_redo_with_a_new_prompt_through_a_diffusers_family(
     assert done.returncode == 0, done.stdout + done.stderr
     job = factory.jobs.get("re.chain")
     assert job.version == 2
-    assert job.progress["prompts"] == {"1": prompt}
+    assert job.progress["prompts"] == [[1, 2, prompt]]
     report = json.loads(run_cli("gpu", "report", "--json", env=env).stdout)
     assert report["embedding_cache"]["entries"] == 3  # the new prompt, encoded once
     records = factory.jobs.segments("re.chain")

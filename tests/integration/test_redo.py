@@ -237,7 +237,7 @@ def test_a_redo_with_a_new_prompt_shows_it_in_the_range(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     status = json.loads(run_cli("status", "redo.long", "--json", env=env).stdout)
     new = "a red boat at dusk"
-    assert status["progress"]["prompts"] == {"12": new, "13": new, "14": new}
+    assert status["progress"]["prompts"] == [[12, 15, new]]
     v2 = attempts_of(env, "redo.long")
     assert {i for i in v2 if v2[i] != v1[i]} == {12, 13, 14}  # to the end: no join after
     before, after = lossless(store, "redo.long", v1), lossless(store, "redo.long", v2)

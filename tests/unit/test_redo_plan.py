@@ -158,3 +158,23 @@ def test_a_seam_sees_the_scene_change_that_scene_ids_number(prompts: dict) -> No
         ids[i] != ids[i - 1] for i in range(1, len(plans))
     ]
     assert sum(scene_change(Job(), plans, i) for i in range(1, len(plans))) >= 1
+
+
+def test_what_redos_give_their_segments_is_kept_as_ranges_that_do_not_grow() -> None:
+    """progress.seeds / progress.prompts: one range per redo still in effect, later redos cut
+    what they cover out of earlier ones; maps written before ranges read the same."""
+    from factory.redo import give, given
+
+    seeds = give(None, 10, 20, 7)
+    seeds = give(seeds, 15, 25, 8)  # overlaps the end of the first
+    seeds = give(seeds, 12, 13, 9)  # inside the first
+    assert seeds == [[10, 12, 7], [12, 13, 9], [13, 15, 7], [15, 25, 8]]
+    assert [given(seeds, i) for i in (9, 10, 12, 13, 15, 24, 25)] == [None, 7, 9, 7, 8, 8, None]
+    whole = give(seeds, 0, 3000, 1)  # a cascade over everything: one entry
+    assert whole == [[0, 3000, 1]]
+    for n in range(200):  # 200 redos of the same range: still one entry
+        whole = give(whole, 100, 110, n)
+    assert len(whole) == 3 and given(whole, 105) == 199
+    legacy = {"4": 5, "5": 5, "7": 6}
+    assert [given(legacy, i) for i in (4, 5, 6, 7)] == [5, 5, None, 6]
+    assert give(legacy, 6, 7, 1) == [[4, 6, 5], [6, 7, 1], [7, 8, 6]]
