@@ -765,23 +765,25 @@ class JobStateMachine:
     def reserve_version(
         self, job_id: str, *, attempt: int, prefix_for: Callable[[int], str]
     ) -> VersionRecord:
-        """The version the deliver stage of ``attempt`` writes: a number no delivery of the job
-        used before (taken under the job's row lock, so two deliveries never share one), with
-        its own store prefix. The same attempt asking again gets its own reservation back."""
+        """The version the deliver stage of ``attempt`` writes, under the job's row lock: a
+        number above every published one, with its own store prefix. The same attempt asking
+        again gets its own reservation back; a number an earlier attempt reserved and never
+        published (its delivery died or was fenced out) is taken over, so an interrupted first
+        delivery still lands at the job's own prefix (DESIGN.md's keys); the taker writes and
+        verifies every file of it again before publishing it."""
         with self.database.transaction() as conn:
             job = self._held(conn, job_id, attempt)
             if job.stage is not Stage.DELIVER:
                 raise self._fenced(conn, job_id, attempt)
-            mine = conn.execute(
-                select(job_versions).where(
-                    job_versions.c.job_id == job_id,
-                    job_versions.c.attempt == attempt,
-                    job_versions.c.state == "pending",
-                )
+            pending = conn.execute(
+                select(job_versions)
+                .where(job_versions.c.job_id == job_id, job_versions.c.state == "pending")
+                .where(job_versions.c.version > (job.version or 0))
+                .order_by(job_versions.c.version.desc())
             ).first()
-            if mine is not None:
-                return VersionRecord.from_row(mine)
-            version = self._next_version(conn, job_id)
+            if pending is not None and pending.attempt == attempt:
+                return VersionRecord.from_row(pending)
+            version = self._next_version(conn, job_id) if pending is None else pending.version
             redo = job.progress.get("redo")
             if redo:
                 detail: dict[str, Any] = {
@@ -806,9 +808,17 @@ class JobStateMachine:
                 "segments_from": {str(row.segment): row.attempt for row in made},
                 "actor": actor, "reserved_at": self.now(conn), "delivered_at": None,
             }  # fmt: skip
-            conn.execute(insert(job_versions).values(**values))
+            if pending is None:
+                conn.execute(insert(job_versions).values(**values))
+            else:  # the earlier attempt is fenced out: its writes stop at its next check
+                conn.execute(
+                    update(job_versions)
+                    .where(job_versions.c.job_id == job_id, job_versions.c.version == version)
+                    .values(**{k: v for k, v in values.items() if k not in ("job_id", "version")})
+                )
             self._event(conn, job_id, job.stage, "version.reserved", attempt, job.trace_id,
-                        {"version": version, "prefix": values["prefix"]})  # fmt: skip
+                        {"version": version, "prefix": values["prefix"],
+                         **({"taken_over_from": pending.attempt} if pending else {})})  # fmt: skip
             return VersionRecord(**values)
 
     def commit_version(

@@ -56,10 +56,13 @@ def segments_video(store: FileStore, made: Segments, width: int, height: int) ->
 
 
 def delivered(cluster: Cluster, job, rendition: str = "compat") -> np.ndarray:
-    """A delivered rendition scaled back to the job's size, decoded frame by frame."""
+    """The job's published rendition (its current version's) scaled back to the job's size,
+    decoded frame by frame."""
     from factory.media.ffmpeg import ffmpeg_exe, run
+    from factory.store import keys
 
-    out = cluster.home / "store" / job.batch / job.video_id / "out" / f"{rendition}.mp4"
+    key = keys.output(job.batch, job.video_id, rendition, job.version)
+    out = cluster.home / "store" / key
     small = cluster.home / f"{job.video_id}-{rendition}-{job.attempt}.mkv"
     width, height = job.spec["width"], job.spec["height"]
     run([ffmpeg_exe(), "-y", "-v", "error", "-i", str(out), "-vf", f"scale={width}:{height}",
