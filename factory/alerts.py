@@ -152,7 +152,7 @@ class Alerter:
 def batch_summary(
     jobs: list[Job],
     generated: dict[str, tuple[int, float]],
-    published: dict[str, dict[str, str]] | None = None,
+    published: dict[str, dict[str, str]],
 ) -> dict[str, Any]:
     """``generated``: per job, its segments and their generation seconds (job_segments);
     ``published``: per delivered job, the files of its current version (job_versions)."""
@@ -182,7 +182,7 @@ def batch_summary(
             }
             for j in failed
         ],
-        "outputs": {j.job_id: (published or {}).get(j.job_id, {}) for j in delivered},
+        "outputs": {j.job_id: published.get(j.job_id, {}) for j in delivered},
     }
 
 

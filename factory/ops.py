@@ -336,11 +336,10 @@ class Operations:
         chunks = [(c.index, tuple(s.index for s in c.segments)) for c in planned]
         keyframes = {c.index: chunk_keyframes(video, c) for c in planned}
         seconds = {i: r.seconds for i, r in self.machine.segments(job_id).items()}
-        # What it would be delivered as if nothing else were delivered first (the number is
-        # taken under the job's lock when the redo starts, and again when it is delivered).
-        taken = [v.version for v in self.machine.versions(job_id, delivered_only=False)]
+        # What it would be delivered as if nothing else were delivered first (taken again
+        # under the job's lock when the redo starts, and when it is delivered).
         plan = plan_redo(video, video_plan(video), chunks, seconds, start=start, end=end,
-                         cascade=cascade, version=max(taken, default=0) + 1,
+                         cascade=cascade, version=self.machine.next_version(job_id),
                          keyframes=keyframes)  # fmt: skip
         return job, plan
 

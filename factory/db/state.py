@@ -775,15 +775,10 @@ class JobStateMachine:
             job = self._held(conn, job_id, attempt)
             if job.stage is not Stage.DELIVER:
                 raise self._fenced(conn, job_id, attempt)
-            pending = conn.execute(
-                select(job_versions)
-                .where(job_versions.c.job_id == job_id, job_versions.c.state == "pending")
-                .where(job_versions.c.version > (job.version or 0))
-                .order_by(job_versions.c.version.desc())
-            ).first()
+            pending = self._unpublished(conn, job)
             if pending is not None and pending.attempt == attempt:
                 return VersionRecord.from_row(pending)
-            version = self._next_version(conn, job_id) if pending is None else pending.version
+            version = self._next_version(conn, job)
             redo = job.progress.get("redo")
             if redo:
                 detail: dict[str, Any] = {
@@ -855,12 +850,30 @@ class JobStateMachine:
                         {"from": job.stage.value, "version": version})  # fmt: skip
             return self._read(conn, job_id)
 
-    def _next_version(self, conn: Connection, job_id: str) -> int:
-        """One more than any number a delivery of the job has taken (delivered or not)."""
+    def next_version(self, job_id: str) -> int:
+        """The number the job's next delivery will take (what a redo plan predicts)."""
+        with self.database.transaction() as conn:
+            return self._next_version(conn, self._read(conn, job_id))
+
+    def _next_version(self, conn: Connection, job: Job) -> int:
+        """The number the next delivery takes (`reserve_version`): one an earlier attempt
+        reserved and never published, else one more than any number taken before."""
+        pending = self._unpublished(conn, job)
+        if pending is not None:
+            return int(pending.version)
         top = conn.execute(
-            select(func.max(job_versions.c.version)).where(job_versions.c.job_id == job_id)
+            select(func.max(job_versions.c.version)).where(job_versions.c.job_id == job.job_id)
         ).scalar()
         return int(top or 0) + 1
+
+    def _unpublished(self, conn: Connection, job: Job) -> Any:
+        """The reservation above the published version that no delivery published, if any."""
+        return conn.execute(
+            select(job_versions)
+            .where(job_versions.c.job_id == job.job_id, job_versions.c.state == "pending")
+            .where(job_versions.c.version > (job.version or 0))
+            .order_by(job_versions.c.version.desc())
+        ).first()
 
     # --- operator actions (fence out whoever holds the job) -------------------------
 
@@ -1012,7 +1025,7 @@ class JobStateMachine:
             }
             # The number this redo is expected to be delivered as (the deliver stage takes the
             # next free one under the row lock; this is for the plan and the reviewer).
-            plan = {**plan, "version": self._next_version(conn, job_id)}
+            plan = {**plan, "version": self._next_version(conn, job)}
             source = None
             if join is not None:
                 source = {"index": join, "attempt": previous.get(str(join))}
@@ -1112,7 +1125,7 @@ class JobStateMachine:
             job = self._read(conn, job_id)
             if job.stage is not Stage.REVIEW:
                 return None
-            return {"attempt": job.attempt, "version": self._next_version(conn, job_id)}
+            return {"attempt": job.attempt, "version": self._next_version(conn, job)}
 
     def _decide(
         self,
@@ -1133,7 +1146,7 @@ class JobStateMachine:
                     f"only a job in review can be {verb}",
                     field="job",
                 )
-            candidate = self._next_version(conn, job_id)
+            candidate = self._next_version(conn, job)
             if attempt is not None and attempt != job.attempt:
                 what = _what_is_in_review(job, candidate)
                 raise InvalidOperation(

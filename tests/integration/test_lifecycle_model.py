@@ -735,6 +735,29 @@ class Lifecycle(RuleBasedStateMachine):
         m.trail.pop()
         self.after_work(repr(redo), done, delivering=True)
 
+    def drop_or_act(self, verb: str, doing: str) -> tuple[Job, int | None, str, bool]:
+        """Reject or cancel (never refused in the states their rules run in); a pending redo
+        must be dropped, the job done again at the version delivered before it. Returns the
+        job, its current version, where it is, and whether a pending redo was dropped."""
+        m = self.model
+        m.trail.append(verb + (f" (the pending {m.pending!r})" if m.pending else ""))
+        stage = self.job().stage.value
+        try:
+            job = self.act(verb)
+        except Refused as exc:
+            raise AssertionError(f"{self.said()}: {doing} the {stage} job refused: {exc}") from None
+        version = current_version(self.view())
+        where = f"{job.stage.value}" + (f" (in {job.stopped_stage.value})" if job.stopped_stage
+                                        else "")  # fmt: skip
+        if m.pending is None:
+            return job, version, where, False
+        assert job.stage is Stage.DONE and version == m.current, (
+            f"{self.said()}: {doing} the pending redo left the job {where} at v{version}; it "
+            f"must return to done at v{m.current}, the version delivered before the redo"
+        )
+        m.pending = None
+        return job, version, where, True
+
     def _in_review(self) -> bool:
         return self.job().stage is Stage.REVIEW
 
@@ -759,28 +782,12 @@ class Lifecycle(RuleBasedStateMachine):
     def reject(self) -> None:
         self.broken = True
         m = self.model
-        m.trail.append("reject" + (f" (the pending {m.pending!r})" if m.pending else ""))
-        try:
-            job = self.act("reject")
-        except Refused as exc:
-            raise AssertionError(
-                f"{self.said()}: rejecting a job in review refused: {exc}"
-            ) from None
-        version = current_version(self.view())
-        where = f"{job.stage.value}" + (f" (in {job.stopped_stage.value})" if job.stopped_stage
-                                        else "")  # fmt: skip
-        if m.pending is not None:
-            assert job.stage is Stage.DONE and version == m.current, (
-                f"{self.said()}: rejecting the pending redo left the job {where} at "
-                f"v{version}; it must return to done at v{m.current}, the version delivered "
-                "before the redo"
-            )
-            m.pending = None
-        elif m.current is None:
+        job, version, where, dropped = self.drop_or_act("reject", "rejecting")
+        if not dropped and m.current is None:
             assert job.stage is Stage.FAILED and job.stopped_stage is Stage.REVIEW, (
                 f"{self.said()}: rejecting the first version left the job {where}"
             )
-        else:  # a re-delivery up for review, rejected: sent back, or back to the current one
+        elif not dropped:  # a re-delivery up for review, rejected: sent back, or back to current
             assert (job.stage is Stage.FAILED and job.stopped_stage is Stage.REVIEW) or (
                 job.stage is Stage.DONE and version == m.current
             ), f"{self.said()}: rejecting a re-delivery left the job {where} at v{version}"
@@ -793,26 +800,10 @@ class Lifecycle(RuleBasedStateMachine):
     @rule()
     def cancel(self) -> None:
         self.broken = True
-        m = self.model
-        m.trail.append("cancel" + (f" (the pending {m.pending!r})" if m.pending else ""))
-        try:
-            job = self.act("cancel")
-        except Refused as exc:
-            raise AssertionError(
-                f"{self.said()}: cancelling the {self.job().stage.value} job refused: {exc}"
-            ) from None
-        version = current_version(self.view())
-        where = f"{job.stage.value}" + (f" (in {job.stopped_stage.value})" if job.stopped_stage
-                                        else "")  # fmt: skip
-        if m.pending is not None:
-            assert job.stage is Stage.DONE and version == m.current, (
-                f"{self.said()}: cancelling the pending redo left the job {where} at "
-                f"v{version}; it must return to done at v{m.current}, the version delivered "
-                "before the redo"
-            )
-            m.pending = None
-        else:
-            assert job.stage is Stage.CANCELLED, f"{self.said()}: cancel left the job {where}"
+        job, _, where, dropped = self.drop_or_act("cancel", "cancelling")
+        assert dropped or job.stage is Stage.CANCELLED, (
+            f"{self.said()}: cancel left the job {where}"
+        )
         self.broken = False
 
     @precondition(_done)

@@ -70,6 +70,24 @@ LEGACY_PROGRESS = {
 }
 
 
+def _old_job(database: Database, stage: str, attempt: int, progress: dict) -> None:
+    """Job `old.v` of batch `old` as code before a migration wrote it."""
+    import json
+
+    with database.transaction() as conn:
+        conn.execute(text("INSERT INTO batches (batch, source, created_at) "
+                          "VALUES ('old', 'm.yaml', '2026-12-01 00:00:00+00')"))  # fmt: skip
+        conn.execute(
+            text(
+                "INSERT INTO jobs (job_id, batch, spec, spec_sha256, stage, progress, attempt, "
+                "recoveries, trace_id, created_at, updated_at) VALUES ('old.v', 'old', '{}', "
+                "'x', :stage, :p, :attempt, 0, 't', '2026-12-01 00:00:00+00', "
+                "'2026-12-01 00:00:00+00')"
+            ),
+            {"p": json.dumps(progress), "stage": stage, "attempt": attempt},
+        )
+
+
 def test_0005_moves_per_segment_records_out_of_progress_and_back(any_url: str):
     """A job made before 0005 keeps every segment's record: as rows after the upgrade (its
     progress slimmed), back in its progress after a downgrade."""
@@ -79,18 +97,7 @@ def test_0005_moves_per_segment_records_out_of_progress_and_back(any_url: str):
 
     database = Database(any_url)
     migrate.upgrade(database, "0004")
-    with database.transaction() as conn:
-        conn.execute(text("INSERT INTO batches (batch, source, created_at) "
-                          "VALUES ('old', 'm.yaml', '2026-12-01 00:00:00+00')"))  # fmt: skip
-        conn.execute(
-            text(
-                "INSERT INTO jobs (job_id, batch, spec, spec_sha256, stage, progress, attempt, "
-                "recoveries, trace_id, created_at, updated_at) VALUES ('old.v', 'old', '{}', "
-                "'x', 'generate', :p, 4, 0, 't', '2026-12-01 00:00:00+00', "
-                "'2026-12-01 00:00:00+00')"
-            ),
-            {"p": json.dumps(LEGACY_PROGRESS)},
-        )
+    _old_job(database, "generate", 4, LEGACY_PROGRESS)
     migrate.upgrade(database)
     machine = JobStateMachine(database)
     made = machine.segments("old.v")
@@ -166,18 +173,7 @@ def test_0007_moves_delivered_versions_into_rows_and_back(any_url: str):
 
     database = Database(any_url)
     migrate.upgrade(database, "0006")
-    with database.transaction() as conn:
-        conn.execute(text("INSERT INTO batches (batch, source, created_at) "
-                          "VALUES ('old', 'm.yaml', '2026-12-01 00:00:00+00')"))  # fmt: skip
-        conn.execute(
-            text(
-                "INSERT INTO jobs (job_id, batch, spec, spec_sha256, stage, progress, attempt, "
-                "recoveries, trace_id, created_at, updated_at) VALUES ('old.v', 'old', '{}', "
-                "'x', 'done', :p, 9, 0, 't', '2026-12-01 00:00:00+00', "
-                "'2026-12-01 00:00:00+00')"
-            ),
-            {"p": json.dumps(DELIVERED_BEFORE_0007)},
-        )
+    _old_job(database, "done", 9, DELIVERED_BEFORE_0007)
     migrate.upgrade(database)
     machine = JobStateMachine(database)
     job = machine.get("old.v")

@@ -208,6 +208,10 @@ def test_a_delivery_that_dies_part_way_leaves_no_mixed_version(
     monkeypatch.setattr(FileStore, "put_file", real_put)
     assert _current(ops) == 1 and _version_files(ops, 1) == v1
     assert not calls[0].startswith("ver/clip/out/"), "the re-delivery wrote into version 1"
+    # What the next delivery will be (a reviewer's candidate, a redo plan) is what it takes.
+    assert ops.machine.next_version("ver.clip") == 2
+    _, plan = ops.redo_plan("ver.clip", range_text="0:01-0:02", cascade=False)
+    assert plan.version == 2
     ops.requeue("ver.clip", from_stage=None, actor="test:carol")
     ops.run_here("ver.clip", "requeue")
     view = _view(ops)
