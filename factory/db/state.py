@@ -785,6 +785,7 @@ class JobStateMachine:
                     "kind": "redo", "range": [redo["start"], redo["end"]],
                     "segments": redo["segments"], "join": redo.get("join"),
                     "chunks": redo["chunks"], "reason": redo.get("reason", ""),
+                    **({"before": redo["before"]} if "before" in redo else {}),
                 }  # fmt: skip
                 actor = redo.get("actor", "")
             else:
@@ -1048,6 +1049,9 @@ class JobStateMachine:
                 **plan, "seed": seed, "prompt": prompt, "reason": reason, "actor": actor,
                 "join_source": source, "at": now.isoformat(), "from_attempt": job.attempt,
                 "previous": previous, "restore": restore,
+                # What the version before was made with: making this version again from
+                # nothing replays its join from that past (factory/pipeline/lineage.py).
+                "before": {k: job.progress.get(k) for k in ("seeds", "prompts", "anchor")},
             }  # fmt: skip
             progress["timings"] = {Stage.GENERATE.value: {"started_at": now.isoformat()}}
             conn.execute(
@@ -1209,6 +1213,8 @@ class JobStateMachine:
         progress = {k: v for k, v in job.progress.items()
                     if k not in (*_REDO_RESTORES, "redo", "interrupted")}  # fmt: skip
         progress |= copy.deepcopy(restore["progress"])
+        if (redo.get("before") or {}).get("anchor"):  # a redo of segment 0 moved it
+            progress["anchor"] = copy.deepcopy(redo["before"]["anchor"])
         progress["segments"] = list(range(progress.get("segments_total", 0)))
         progress["frame"] = progress.get("frames_total", progress.get("frame", 0))
         for row in restore["segments"]:

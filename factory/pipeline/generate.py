@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,6 +21,7 @@ from factory.generate.guard import check_frames
 from factory.media.intermediate import read_frames, read_tail, write_segment, write_tail
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
+from factory.pipeline.lineage import Lineage, Operation, lineage
 from factory.plan import SegmentPlan, plan_segments, scene_start_frames
 from factory.qc.seams import WINDOW, colour_record, score_seam
 from factory.redo import given
@@ -58,9 +60,12 @@ def scene_ids(job: Job) -> list[int]:
 def scene_change(job: Job, plans: list[SegmentPlan], index: int) -> bool:
     """Whether segment ``index`` starts another scene than the segment before it's (as
     scene_ids numbers them), from those two segments alone: asked at every seam."""
+    return _scene_change(job.progress.get("prompts"), plans, index)
+
+
+def _scene_change(prompts: Any, plans: list[SegmentPlan], index: int) -> bool:
     if index == 0:
         return False
-    prompts = job.progress.get("prompts")
     before, after = plans[index - 1], plans[index]
     return (before.scene, given(prompts, index - 1)) != (after.scene, given(prompts, index))
 
@@ -107,13 +112,19 @@ def generate_segment(
     ctx: StageContext, job: Job, warm: WarmTail | None = None
 ) -> tuple[Job, WarmTail | None]:
     """Generate, stitch, check the seam, store and record the job's next segment; the caller
-    holds the job. A bad seam regenerates the segment with a new seed (bounded)."""
+    holds the job. A bad seam regenerates the segment with a new seed (bounded). The segment
+    is made as the operation that last made it did (factory/pipeline/lineage.py): its seeds,
+    prompt and drift anchor; a segment a redo joined into is its past frames cross-faded
+    again, recorded with the redo's last segment."""
     plan = next_segment(job)
     if plan is None:
         return job, warm
     video = job.video
     prompts = ctx.ensure_prompts(video)  # the text encoder alone, before the transformer loads
     generator = ctx.generator(video.model)
+    history = _lineage(ctx, job)
+    k = history.touched(history.final, plan.index)
+    op = history.operations[k]
     usable = warm is not None and warm.continues(ctx, job, plan.index)
     tail = before = carry = None
     if plan.context:
@@ -126,82 +137,49 @@ def generate_segment(
         before = warm.written if usable and warm and warm.written is not None else None
         if before is None:
             before = _stored_written_tail(ctx, job, plan.index - 1)
-    scene = video.scenes[plan.scene]
-    # A redo with a new prompt gives it to the segments it makes again (progress.prompts).
-    text = given(job.progress.get("prompts"), plan.index) or scene.prompt
-    prompt = ctx.prompt(video.model, text, video.negative_prompt)
     redo = job.progress.get("redo")
-    join = _join_target(job, plan)
-    stored_next = _stored_join_source(ctx, job, join) if join is not None else None
-    started = time.monotonic()
-    spec = SegmentSpec(
-        plan.index,
-        plan.frames,
-        video.width,
-        video.height,
-        video.fps,
-        plan.first_frame,
-        plan.context,
-    )
     plans = video_plan(video)
-    regeneration = 0
-    while True:
-        stitched, carried = _make(
-            ctx, job, plan, generator, spec, prompt, tail, carry, regeneration
-        )
-        seam = None
-        if before is not None:
-            seam = score_seam(
-                before,
-                stitched.frames,
-                plan.context if tail is not None else 0,
-                seam=plan.index,
-                frame=plan.write_start,
-                fps=video.fps,
-                scene_change=scene_change(job, plans, plan.index),
-                limits=ctx.qc,
-            )
-        joined = joined_seam = None
-        if join is not None and stored_next is not None:
-            joined = cross_fade(join, stitched.tail, stored_next)
-            joined_seam = score_seam(
-                np.ascontiguousarray(stitched.frames[-WINDOW:]),
-                joined,
-                join.context,
-                seam=join.index,
-                frame=join.write_start,
-                fps=video.fps,
-                scene_change=scene_change(job, plans, join.index),
-                limits=ctx.qc,
-            )
-        bad = next((s for s in (seam, joined_seam) if s is not None and not s.passed), None)
-        if bad is None:
-            break
-        if regeneration >= ctx.qc.regenerations:
-            raise SeamFailed(
-                f"seam before segment {bad.seam} ({bad.seconds:.2f} s) still fails after "
-                f"{regeneration} new seed(s) of segment {plan.index}: {'; '.join(bad.failures)}"
-            )
-        regeneration += 1
-        seam = bad
+    pasts = _Pasts(ctx, job, history, generator)
+    started = time.monotonic()
+    if history.joined(k, plan.index):
+        # A redo's join whose last segment a later redo joined into in turn (that later join
+        # was recorded, not this one): its past frames cross-faded again here, on their own.
+        join_frames = cross_fade(plan, tail, pasts.state(k - 1, plan.index).frames)
+        seam = score_seam(before, join_frames, plan.context, seam=plan.index,
+                          frame=plan.write_start, fps=video.fps, limits=ctx.qc,
+                          scene_change=_scene_change(op.prompts, plans, plan.index))  # fmt: skip
+        job = _record_join(ctx, job, plan, join_frames, pasts.state(k - 1, plan.index).tail,
+                           seam, 0)  # fmt: skip
+        return job, None
+    join = plans[op.join] if op.join is not None and plan.index == op.last else None
+    source = pasts.state(k - 1, join.index) if join is not None else None
+
+    def regenerated(job_now: Job, seam: Any, regeneration: int) -> None:
+        nonlocal job
         job = ctx.machine.checkpoint(
-            job.job_id,
-            attempt=job.attempt,
+            job_now.job_id,
+            attempt=job_now.attempt,
             updates={},
             event="seam.regenerated",
-            detail={
-                "segment": plan.index,
-                "regeneration": regeneration,
-                "failures": seam.failures,
-                **seam.to_dict(),
-            },
-        )
+            detail={"segment": plan.index, "regeneration": regeneration,
+                    "failures": seam.failures, **seam.to_dict()},
+        )  # fmt: skip
+
+    made = _made(ctx, job, plan, op, generator, tail, carry, before, join, source, regenerated)
+    stitched, carried, seam, joined, joined_seam, regeneration = made
     stopping.check()  # a holder that lost the job stops before it writes anything
     _store_segment(ctx, job, plan, stitched.frames, stitched.tail, carried)
-    if join is not None and joined is not None and joined_seam is not None:
-        # The join first: a crash between the two records leaves this segment to make again,
-        # which cross-fades the join again from the same stored source.
-        job = _record_join(ctx, job, join, joined, joined_seam, regeneration)
+    # The join is recorded only while it is what the current content has (a later redo may
+    # have made that segment again since; its seam was judged all the same, as when this redo
+    # ran). The join first: a crash between the two records leaves this segment to make
+    # again, which cross-fades the join again from the same source.
+    if (
+        join is not None
+        and joined is not None
+        and source is not None
+        and (history.touched(history.final, join.index) == k)
+    ):
+        job = _record_join(ctx, job, join, joined, source.tail, joined_seam, regeneration)
     seconds = round(time.monotonic() - started, 3)
     used = getattr(generator, "last_memory", None)
     gpu = (used or {}).get("gpu") or ctx.device
@@ -227,6 +205,7 @@ def generate_segment(
             "seconds": seconds,
             "frames": plan.write_count,
             **({"regenerations": regeneration} if regeneration else {}),
+            **({"past_segments_made": pasts.made} if pasts.made else {}),
             **_backend(generator),
             **({"memory": used} if used else {}),
             **(
@@ -246,6 +225,206 @@ def generate_segment(
     written = np.ascontiguousarray(stitched.frames[-WINDOW:])
     tail_frames = np.ascontiguousarray(stitched.tail)
     return job, WarmTail(job.job_id, plan.index, tail_frames, written, carried, job.attempt)
+
+
+def _made(
+    ctx: StageContext,
+    job: Job,
+    plan: SegmentPlan,
+    op: Operation,
+    generator: Generator,
+    tail: np.ndarray | None,
+    carry: bytes | None,
+    before: np.ndarray | None,
+    join: SegmentPlan | None,
+    source: Past | None,
+    regenerated: Callable[[Job, Any, int], None] | None = None,
+) -> tuple[Stitched, bytes | None, Any, np.ndarray | None, Any, int]:
+    """The segment as operation ``op`` makes it: generated and stitched, its seam (and the
+    seam into the segment it joins, ``join``, from that segment's ``source`` frames) judged,
+    regenerated with a new seed while one fails (bounded)."""
+    video = job.video
+    plans = video_plan(video)
+    scene = video.scenes[plan.scene]
+    # A redo with a new prompt gives it to the segments it makes again (progress.prompts).
+    text = given(op.prompts, plan.index) or scene.prompt
+    prompt = ctx.prompt(video.model, text, video.negative_prompt)
+    anchor = job.progress.get("anchor") if op.own_anchor else op.anchor
+    spec = SegmentSpec(
+        plan.index, plan.frames, video.width, video.height, video.fps, plan.first_frame,
+        plan.context,
+    )  # fmt: skip
+    regeneration = 0
+    while True:
+        stitched, carried = _make(
+            ctx, job, plan, generator, spec, prompt, tail, carry, regeneration,
+            seeds=op.seeds, anchor=anchor,
+        )  # fmt: skip
+        seam = None
+        if before is not None:
+            seam = score_seam(
+                before,
+                stitched.frames,
+                plan.context if tail is not None else 0,
+                seam=plan.index,
+                frame=plan.write_start,
+                fps=video.fps,
+                scene_change=_scene_change(op.prompts, plans, plan.index),
+                limits=ctx.qc,
+            )
+        joined = joined_seam = None
+        if join is not None and source is not None:
+            joined = cross_fade(join, stitched.tail, source.frames)
+            joined_seam = score_seam(
+                np.ascontiguousarray(stitched.frames[-WINDOW:]),
+                joined,
+                join.context,
+                seam=join.index,
+                frame=join.write_start,
+                fps=video.fps,
+                scene_change=_scene_change(op.prompts, plans, join.index),
+                limits=ctx.qc,
+            )
+        bad = next((s for s in (seam, joined_seam) if s is not None and not s.passed), None)
+        if bad is None:
+            return stitched, carried, seam, joined, joined_seam, regeneration
+        if regeneration >= ctx.qc.regenerations:
+            raise SeamFailed(
+                f"seam before segment {bad.seam} ({bad.seconds:.2f} s) still fails after "
+                f"{regeneration} new seed(s) of segment {plan.index}: {'; '.join(bad.failures)}"
+            )
+        regeneration += 1
+        if regenerated is not None:
+            regenerated(job, bad, regeneration)
+
+
+@dataclass
+class Past:
+    """A segment as it stood after an earlier operation of the lineage: its written frames
+    and the tail the segment after it continued from."""
+
+    frames: np.ndarray
+    tail: np.ndarray | None
+
+
+class _Pasts:
+    """Segments as they stood after earlier operations (``state(k, index)``), made again
+    where a join needs them: read from the current segments where those are the same, from
+    the stored source of the redo running now, from what an earlier call made again
+    (segments/past-*), or made again here, in order, from the nearest one known."""
+
+    def __init__(self, ctx: StageContext, job: Job, history: Lineage, generator: Generator):
+        self.ctx, self.job, self.history, self.generator = ctx, job, history, generator
+        self.known: dict[tuple[int, int], Past] = {}
+        self.made: list[list[int]] = []  # [operation, segment] made again by this call
+
+    def state(self, k: int, index: int) -> Past:
+        pending: list[tuple[int, int]] = []
+        while index >= 0:
+            found = self._known(k, index)
+            if found is not None:
+                break
+            pending.append((k, index))
+            index -= 1
+        for at, i in reversed(pending):
+            self._make(at, i)
+        return self._known(*pending[0]) if pending else found  # type: ignore[return-value]
+
+    def _known(self, k: int, index: int) -> Past | None:
+        ctx, job, history = self.ctx, self.job, self.history
+        video = job.video
+        live = history.operations[-1]
+        if live.live and k == history.final - 1 and index == live.join:
+            return self._stored(_join_source_keys(job, index))
+        t = history.touched(k, index)
+        if (t, index) in self.known:
+            return self.known[(t, index)]
+        if history.touched(history.final, index) == t and index in job.progress["segments"]:
+            made = _recorded(ctx, job, index)
+            tail = made.tail(index) if video_plan(video)[index].tail else None
+            past = self._stored((made.segment(index), tail))
+        else:
+            key = keys.past(video.batch, video.video_id, t, index, job.progress.get("epoch", 0))
+            if not ctx.store.exists(key):
+                return None
+            past = self._stored((key, key + ".tail.npy"))
+        self.known[(t, index)] = past
+        return past
+
+    def _stored(self, names: tuple[str, str | None]) -> Past:
+        video = self.job.video
+        segment, tail = names
+        with self.ctx.store.local_path(segment) as path:
+            frames = np.ascontiguousarray(read_frames(path, video.width, video.height))
+        if tail is None or not self.ctx.store.exists(tail):
+            return Past(frames, None)
+        with self.ctx.store.local_path(tail) as path:
+            return Past(frames, read_tail(path))
+
+    def _make(self, k: int, index: int) -> None:
+        ctx, job, history = self.ctx, self.job, self.history
+        if getattr(self.generator, "carries_latents", False):
+            raise PermanentError(
+                f"segment {index} would have to be made as it was before a redo joined into "
+                f"it, and {job.video.model.family} cannot (latent families have no joins)"
+            )
+        video = job.video
+        plans = video_plan(video)
+        plan = plans[index]
+        t = history.touched(k, index)
+        op = history.operations[t]
+        previous = self.state(t, index - 1) if index > 0 else None
+        previous_tail = previous.tail if previous is not None else None
+        if history.joined(t, index):
+            assert previous_tail is not None
+            source = self.state(t - 1, index)
+            past = Past(cross_fade(plan, previous_tail, source.frames), source.tail)
+        else:
+            join = plans[op.join] if op.join is not None and index == op.last else None
+            source = self.state(t - 1, join.index) if join is not None else None
+            before = None
+            if previous is not None:
+                before = np.ascontiguousarray(previous.frames[-WINDOW:])
+            stitched, *_ = _made(ctx, job, plan, op, self.generator,
+                                 previous_tail if plan.context else None, None, before, join,
+                                 source)  # fmt: skip
+            past = Past(stitched.frames, stitched.tail if plan.tail else None)
+        stopping.check()
+        key = keys.past(video.batch, video.video_id, t, index, job.progress.get("epoch", 0))
+        with tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
+            folder = ctx.work_dir(video) / scratch
+            if past.tail is not None:
+                write_tail(folder / "tail.npy", past.tail)
+                ctx.store.put_file(key + ".tail.npy", folder / "tail.npy", move=True)
+            write_segment(folder / "past.mkv", past.frames, video.fps)
+            ctx.store.put_file(key, folder / "past.mkv", move=True)
+        self.known[(t, index)] = past
+        self.made.append([t, index])
+
+
+def _join_source_keys(job: Job, index: int) -> tuple[str, str | None]:
+    """The joined segment's files as the version before the running redo stored them (the
+    redo's plan names that version's attempt), never a join made since."""
+    video = job.video
+    attempt = job.progress["redo"]["join_source"]["attempt"]
+    tail = keys.tail(video.batch, video.video_id, index, attempt)
+    has_tail = video_plan(video)[index].tail
+    return keys.segment(video.batch, video.video_id, index, attempt), tail if has_tail else None
+
+
+def _lineage(ctx: StageContext, job: Job) -> Lineage:
+    """The job's lineage. A job with a redo delivered before redos recorded their past is
+    made with its own seeds as one run, as it was then (its joins cannot be replayed)."""
+    redos: list[dict[str, Any]] = []
+    if job.version is not None:
+        for version in ctx.machine.versions(job.job_id):
+            if version.version <= job.version and version.detail.get("kind") == "redo":
+                redos.append(version.detail)
+    found = lineage(job.progress, len(video_plan(job.video)), redos)
+    if found is None:
+        found = lineage(job.progress, len(video_plan(job.video)), [])
+        assert found is not None
+    return found
 
 
 def cross_fade(plan: SegmentPlan, tail: np.ndarray, stored: np.ndarray) -> np.ndarray:
@@ -272,29 +451,12 @@ def segments_made(before: Job, after: Job) -> set[int]:
     return made
 
 
-def _join_target(job: Job, plan: SegmentPlan) -> SegmentPlan | None:
-    """The untouched segment a redo joins into after ``plan``, if ``plan`` is its last one."""
-    redo = job.progress.get("redo")
-    if not redo or redo.get("join") is None or plan.index != redo["segments"][-1]:
-        return None
-    return video_plan(job.video)[redo["join"]]
-
-
-def _stored_join_source(ctx: StageContext, job: Job, join: SegmentPlan) -> np.ndarray:
-    """The joined segment's frames as the version before stored them (the redo's plan names
-    that version's file), never a join made since."""
-    video = job.video
-    source = job.progress["redo"]["join_source"]
-    key = keys.segment(video.batch, video.video_id, join.index, source["attempt"])
-    with ctx.store.local_path(key) as path:
-        return np.ascontiguousarray(read_frames(path, video.width, video.height))
-
-
 def _record_join(
     ctx: StageContext,
     job: Job,
     join: SegmentPlan,
     frames: np.ndarray,
+    tail: np.ndarray | None,
     seam: Any,
     regeneration: int,
 ) -> Job:
@@ -302,17 +464,17 @@ def _record_join(
     (the segment after it continues from that, unchanged)."""
     video = job.video
     batch, name = video.batch, video.video_id
-    source = job.progress["redo"]["join_source"]["attempt"]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
-        segment_file = ctx.work_dir(video) / scratch / "join.mkv"
-        write_segment(segment_file, frames, video.fps)
-        if join.tail:
-            with ctx.store.local_path(keys.tail(batch, name, join.index, source)) as tail:
-                ctx.store.put_file(keys.tail(batch, name, join.index, job.attempt), tail)
+        folder = ctx.work_dir(video) / scratch
+        write_segment(folder / "join.mkv", frames, video.fps)
+        if join.tail and tail is not None:
+            write_tail(folder / "tail.npy", tail)
+            ctx.store.put_file(keys.tail(batch, name, join.index, job.attempt),
+                               folder / "tail.npy", move=True)  # fmt: skip
         stopping.check()
-        ctx.store.put_file(keys.segment(batch, name, join.index, job.attempt), segment_file,
-                           move=True)  # fmt: skip
+        ctx.store.put_file(keys.segment(batch, name, join.index, job.attempt),
+                           folder / "join.mkv", move=True)  # fmt: skip
     made = ctx.machine.segment(job.job_id, join.index)
     record = SegmentRecord(
         join.index,
@@ -342,9 +504,12 @@ def _make(
     tail: np.ndarray | None,
     carry: bytes | None,
     regeneration: int,
+    *,
+    seeds: Any,
+    anchor: dict[str, list[float]] | None,
 ) -> tuple[Stitched, bytes | None]:
     video = job.video
-    own_seed = given(job.progress.get("seeds"), plan.index)  # a redo's new seed
+    own_seed = given(seeds, plan.index)  # a redo's new seed
     seed = segment_seed(video.seed if own_seed is None else own_seed, plan.index, regeneration)
     carried = None
     if getattr(generator, "carries_latents", False):
@@ -360,7 +525,6 @@ def _make(
     # memory layout, or float reductions in the stitcher round differently (1-level drifts).
     frames = np.ascontiguousarray(made)
     check_frames(frames, f"segment {plan.index}")
-    anchor = job.progress.get("anchor")
     if anchor and plan.index > 0:
         frames = toward_anchor(frames, anchor, ctx.drift_factor)
     return stitch(plan, frames, tail, ctx.stitch_strength), carried

@@ -40,6 +40,13 @@ def carry(batch: str, video: str, index: int, attempt: int | None = None) -> str
     return _segment_stem(batch, video, index, attempt) + ".carry.safetensors"
 
 
+def past(batch: str, video: str, operation: int, index: int, epoch: int) -> str:
+    """Segment ``index`` as it stood after operation ``operation`` of the job's lineage, made
+    again to replay a join (factory/pipeline/lineage.py); under segments/ so that gc takes it
+    with the segments. The tail beside it: the same name + ``.tail.npy``."""
+    return f"{batch}/{video}/segments/past-e{epoch}-o{operation}-{index:05d}.mkv"
+
+
 def thumbs(batch: str, video: str, index: int, attempt: int | None = None) -> str:
     """Small pictures of a segment's first frame after its seam and its last written frame."""
     return _segment_stem(batch, video, index, attempt) + ".thumbs.png"

@@ -238,12 +238,6 @@ def test_a_plain_requeue_starts_the_interruption_count_again(tmp_path: Path) -> 
     assert "interrupted" not in job.progress
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known gap (issue 32, left open): a from-scratch regeneration does not replay a "
-    "redo's join, so the frames from the joined segment on are made anew instead of as the "
-    "current version has them",
-)
 def test_a_requeue_from_generate_after_a_joined_redo_makes_the_same_frames(
     tmp_path: Path,
 ) -> None:
@@ -267,3 +261,41 @@ def test_a_requeue_from_generate_after_a_joined_redo_makes_the_same_frames(
     v3 = lossless()
     for index, (before, after) in enumerate(zip(v2, v3, strict=True)):
         assert (before == after).all(), f"segment {index} differs from the current version's"
+
+
+def test_a_regeneration_after_gc_replays_joins_into_joined_segments(tmp_path: Path) -> None:
+    """Two joined redos, the second joined into a segment the first made: making the video
+    again from nothing makes each segment's past again (segment 2 as the first run made it,
+    segment 1 as the first redo made it), not the same frames with today's seeds."""
+    from factory.media.intermediate import read_frames
+
+    ops = _delivered(tmp_path)
+    ops.redo("ver.clip", range_text="0:02-0:03", actor="test:bob", seed=31)  # 1, into 2
+    ops.run_here("ver.clip", "redo")
+    ops.redo("ver.clip", range_text="0:00.5-0:01", actor="test:bob", seed=47)  # 0, into 1
+    ops.run_here("ver.clip", "redo")
+    assert _current(ops) == 3
+
+    def lossless() -> list:
+        store = _store(ops)
+        made = ops.job_view("ver.clip").segments
+        return [
+            read_frames(store / keys.segment("ver", "clip", i, r.attempt), 160, 96)
+            for i, r in sorted(made.items())
+        ]
+
+    v3 = lossless()
+    gone = run_cli_here("gc", "--older-than", "0", env=home_env(tmp_path / "home"))
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    ops.requeue("ver.clip", from_stage=Stage.GENERATE, actor="test:carol")
+    ops.run_here("ver.clip", "requeue")
+    assert _current(ops) == 4
+    for index, (before, after) in enumerate(zip(v3, lossless(), strict=True)):
+        assert (before == after).all(), f"segment {index} differs from the current version's"
+    made_again = [
+        e.detail["past_segments_made"]
+        for e in ops.events("ver.clip")
+        if e.detail.get("past_segments_made")
+    ]
+    # The first run's segments 0-2 (for segment 2's past) and the first redo's segment 1.
+    assert sorted(map(tuple, sum(made_again, []))) == [(0, 0), (0, 1), (0, 2), (1, 1)]
