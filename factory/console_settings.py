@@ -3,6 +3,7 @@ read by factory.config, used by factory.web (docs/console.md)."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -19,7 +20,9 @@ class ConsoleSettings:
     # Secure cookies: `auto` sets the flag when the request came over TLS (the gateway says so
     # in X-Forwarded-Proto, trusted from FACTORY_CONSOLE_TRUSTED_PROXIES only).
     secure_cookies: str = "auto"
-    trusted_proxies: str = "127.0.0.1"
+    # Addresses and networks whose X-Forwarded-For/-Proto are believed: none unless listed
+    # (loopback included: anyone on the host could forge them).
+    trusted_proxies: str = ""
     signin_attempts: int = 5  # failed sign-ins per client per minute before a wait
     live_every: float = 1.0  # seconds between the shared reads behind live pages
     page_size: int = 100  # jobs per page (API default, the batch grid)
@@ -40,13 +43,28 @@ def parse(env: Mapping[str, str]) -> ConsoleSettings:
         review_required=review == "required",
         session_hours=_number(env, "FACTORY_CONSOLE_SESSION_HOURS", 12.0, low=0.01, high=24 * 30),
         secure_cookies=secure,
-        trusted_proxies=(env.get("FACTORY_CONSOLE_TRUSTED_PROXIES") or "127.0.0.1").strip(),
+        trusted_proxies=_proxies(env),
         signin_attempts=int(_number(env, "FACTORY_CONSOLE_SIGNIN_ATTEMPTS", 5, low=1, high=1000)),
         live_every=_number(env, "FACTORY_CONSOLE_LIVE_EVERY", 1.0, low=0.1, high=60),
         page_size=int(_number(env, "FACTORY_CONSOLE_PAGE_SIZE", 100, low=10, high=1000)),
         gpus=int(_number(env, "FACTORY_CONSOLE_GPUS", 1, low=1, high=10_000)),
         window=_window(env),
     )
+
+
+def _proxies(env: Mapping[str, str]) -> str:
+    name = "FACTORY_CONSOLE_TRUSTED_PROXIES"
+    listed = [p.strip() for p in (env.get(name) or "").split(",") if p.strip()]
+    for proxy in listed:
+        try:
+            ipaddress.ip_network(proxy, strict=False)
+        except ValueError:
+            raise ConfigError(
+                f"must list the gateway's addresses or networks (10.0.0.2, 10.1.0.0/16), "
+                f"got {proxy!r}",
+                field=name,
+            ) from None
+    return ",".join(listed)
 
 
 def _window(env: Mapping[str, str]) -> str | None:

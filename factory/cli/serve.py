@@ -49,8 +49,7 @@ def serve(
         host=host,
         port=port,
         log_level="warning",
-        proxy_headers=True,
-        forwarded_allow_ips=settings.console.trusted_proxies,
+        proxy_headers=False,  # the app believes forwarded headers from the listed proxies only
         server_header=False,
     )
 

@@ -1,9 +1,10 @@
 """`factory serve`: the ASGI app. The console at /, the API at /api/v1, media at /media,
-/healthz for probes (the only thing served without a token)."""
+/healthz for probes (the only thing served without a token). Outside the routes, outermost
+first: the security headers, forwarded addresses from the listed proxies only, and the guard
+(factory/web/guard.py: who is asking and body caps, before any route)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +17,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 from sqlalchemy import select
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from factory import __version__
 from factory.access import Access
@@ -28,6 +30,7 @@ from factory.ops import Operations
 from factory.store import open_store
 from factory.web import api, console
 from factory.web.auth import NotSignedIn, SignInLimiter, require_api
+from factory.web.guard import Guard, SecurityHeaders
 from factory.web.live import LiveHub
 from factory.web.media import Thumbnails, media_for, ranged
 from factory.web.runner import LocalRunner
@@ -57,6 +60,7 @@ def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI
         docs_url=None,
         redoc_url=None,
         lifespan=lifespan,
+        redirect_slashes=False,  # its redirect would carry the request's Host header
     )
     app.state.settings = settings
     app.state.factory = factory
@@ -78,22 +82,11 @@ def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI
     app.include_router(api.router)
     app.include_router(console.router)
 
-    @app.middleware("http")
-    async def server_timing(request: Request, call_next: Any) -> Response:
-        """Server time of each answer (Server-Timing; bench/console.py reads it), and pages
-        that no other site may frame."""
-        started = time.perf_counter()
-        response = await call_next(request)
-        spent = (time.perf_counter() - started) * 1000
-        response.headers["Server-Timing"] = f"app;dur={spent:.2f}"
-        response.headers["X-Frame-Options"] = "DENY"
-        response.headers["X-Content-Type-Options"] = "nosniff"
-        response.headers["Referrer-Policy"] = "same-origin"
-        response.headers["Content-Security-Policy"] = (
-            "default-src 'self'; img-src 'self' data:; media-src 'self'; "
-            "style-src 'self'; script-src 'self'; frame-ancestors 'none'; form-action 'self'"
-        )
-        return response
+    # Added innermost first: the guard, then forwarded addresses, then the headers.
+    app.add_middleware(Guard, access=app.state.access, limiter=app.state.limiter)
+    if settings.console.trusted_proxies:
+        app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.console.trusted_proxies)
+    app.add_middleware(SecurityHeaders)
 
     @app.get("/api/v1/openapi.json", include_in_schema=False)
     def openapi(request: Request) -> dict[str, Any]:

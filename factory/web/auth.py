@@ -1,22 +1,29 @@
-"""Who is asking: a Bearer token (the API) or a console session cookie; what they may do (the
-role); CSRF on every console form; failed sign-ins slowed per client."""
+"""Who is asking: a Bearer token (the API, media) or a console session cookie (pages, media),
+decided before routing by factory/web/guard.py and read here; what they may do (the role);
+CSRF on every console form; failed tokens slowed per client address."""
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import secrets
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from fastapi import HTTPException, Request
+from starlette.types import Scope
 
-from factory.access import Access, Principal, Session
+from factory.access import Principal, Session
 
 SESSION_COOKIE = "factory_session"
 SIGNIN_COOKIE = "factory_signin"  # the sign-in form's own CSRF secret (double submit)
 WINDOW_SECONDS = 60.0
+MAX_CLIENTS = 100_000  # addresses remembered at most (the oldest are forgotten first)
+CALLER = "factory.caller"  # where the guard leaves the Caller in the request's scope
+LIMITED_FOR = "factory.limited_for"  # set by the guard: this sign-in must wait (seconds)
 
 
 class NotSignedIn(Exception):
@@ -24,33 +31,59 @@ class NotSignedIn(Exception):
 
 
 class SignInLimiter:
-    """At most ``attempts`` failed sign-ins (or bad tokens) per client per minute; after that
-    the client waits (429 with Retry-After) until the oldest failure is a minute old."""
+    """At most ``attempts`` failed sign-ins (or bad tokens) per client address per minute;
+    after that the address's failures wait (429 with Retry-After) until the oldest is a minute
+    old. A valid token is never asked: the guard and the sign-in check it first. Entries older
+    than the window are pruned at the next use after a window has passed."""
 
-    def __init__(self, attempts: int, clock: type[time] | None = None) -> None:
+    def __init__(self, attempts: int, clock: Callable[[], float] = time.monotonic) -> None:
         self.attempts = attempts
+        self.clock = clock
         self._failures: dict[str, deque[float]] = {}
         self._lock = threading.Lock()
+        self._pruned = clock()
+
+    def __len__(self) -> int:
+        return len(self._failures)
 
     def wait(self, client: str) -> float:
         with self._lock:
-            recent = self._recent(client)
+            now = self._prune()
+            recent = self._failures.get(_bucket(client), ())
             if len(recent) < self.attempts:
                 return 0.0
-            return max(0.0, recent[0] + WINDOW_SECONDS - time.monotonic())
+            return max(0.0, recent[0] + WINDOW_SECONDS - now)
 
     def failed(self, client: str) -> None:
         with self._lock:
-            self._recent(client).append(time.monotonic())
-            if len(self._failures) > 10_000:  # a flood of addresses: forget the quiet ones
-                for key in [k for k, v in self._failures.items() if not v][:5000]:
-                    del self._failures[key]
+            now = self._prune()
+            key = _bucket(client)
+            recent = self._failures.pop(key, None) or deque(maxlen=self.attempts)
+            recent.append(now)
+            self._failures[key] = recent  # re-inserted: the dict stays oldest-first
+            while len(self._failures) > MAX_CLIENTS:
+                del self._failures[next(iter(self._failures))]
 
-    def _recent(self, client: str) -> deque[float]:
-        recent = self._failures.setdefault(client, deque())
-        while recent and recent[0] < time.monotonic() - WINDOW_SECONDS:
-            recent.popleft()
-        return recent
+    def _prune(self) -> float:
+        now = self.clock()
+        if now - self._pruned >= WINDOW_SECONDS:
+            self._pruned = now
+            old = [k for k, v in self._failures.items() if v[-1] <= now - WINDOW_SECONDS]
+            for key in old:
+                del self._failures[key]
+        return now
+
+
+def _bucket(client: str) -> str:
+    """IPv6 clients by their /64 (one host holds a whole /64 to rotate through)."""
+    try:
+        address = ipaddress.ip_address(client)
+    except ValueError:
+        return client
+    if address.version == 6:
+        mapped = address.ipv4_mapped
+        return str(mapped) if mapped else str(ipaddress.ip_network(f"{address}/64", strict=False))
+    return str(address)
 
 
 @dataclass(frozen=True)
@@ -59,12 +92,21 @@ class Caller:
     session: Session | None  # None: a Bearer token (no CSRF: no cookie is involved)
 
 
+def client_address(scope: Scope) -> str:
+    """The connecting address; a forwarded one only from FACTORY_CONSOLE_TRUSTED_PROXIES
+    (uvicorn's ProxyHeadersMiddleware, added by create_app when the operator lists any)."""
+    client = scope.get("client")
+    return client[0] if client else "unknown"
+
+
 def client_of(request: Request) -> str:
-    return request.client.host if request.client else "unknown"
+    return client_address(request.scope)
 
 
 def refuse_if_limited(request: Request, limiter: SignInLimiter) -> None:
-    wait = limiter.wait(client_of(request))
+    """A sign-in from an address with too many failures, and no valid token (the guard
+    decided: it read the form before routing)."""
+    wait = request.scope.get(LIMITED_FOR, 0.0)
     if wait > 0:
         raise HTTPException(
             429,
@@ -73,30 +115,15 @@ def refuse_if_limited(request: Request, limiter: SignInLimiter) -> None:
         )
 
 
-def caller(request: Request, *, allow_cookie: bool, allow_bearer: bool) -> Caller | None:
-    access: Access = request.app.state.access
-    limiter: SignInLimiter = request.app.state.limiter
-    header = request.headers.get("authorization", "")
-    if allow_bearer and header:
-        refuse_if_limited(request, limiter)
-        scheme, _, secret = header.partition(" ")
-        principal = access.verify(secret.strip()) if scheme.lower() == "bearer" else None
-        if principal is None:
-            limiter.failed(client_of(request))
-            raise HTTPException(
-                401, "the token is unknown or revoked", headers={"WWW-Authenticate": "Bearer"}
-            )
-        return Caller(principal, None)
-    if allow_cookie:
-        session = access.session(request.cookies.get(SESSION_COOKIE))
-        if session is not None:
-            return Caller(session.principal, session)
-    return None
+def caller(request: Request) -> Caller | None:
+    """Who the guard found: a Bearer token under /api/, the session on pages, either on
+    media; None on the anonymous paths (/healthz, /signin, /static)."""
+    return request.scope.get(CALLER)
 
 
 def require_api(request: Request, role: str) -> Caller:
     """The API: a Bearer token (or the console's session, for the media the pages embed)."""
-    found = caller(request, allow_cookie=True, allow_bearer=True)
+    found = caller(request)
     if found is None:
         raise HTTPException(
             401, "send Authorization: Bearer TOKEN", headers={"WWW-Authenticate": "Bearer"}
@@ -105,8 +132,8 @@ def require_api(request: Request, role: str) -> Caller:
 
 
 def require_page(request: Request, role: str) -> Caller:
-    found = caller(request, allow_cookie=True, allow_bearer=False)
-    if found is None:
+    found = caller(request)
+    if found is None or found.session is None:
         raise NotSignedIn()
     return _with_role(found, role)
 
