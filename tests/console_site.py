@@ -90,7 +90,9 @@ def start_server(env: dict[str, str], home: Path) -> tuple[str, subprocess.Popen
 
 
 def make_site(home: Path, database_url: str, extra_env: dict[str, str] | None = None) -> Site:
-    env = {**embedded_env(home), "FACTORY_DATABASE_URL": database_url, **(extra_env or {})}
+    # As behind the gateway: the tests' own loopback is the one proxy whose X-Forwarded-* count.
+    env = {**embedded_env(home), "FACTORY_DATABASE_URL": database_url,
+           "FACTORY_CONSOLE_TRUSTED_PROXIES": "127.0.0.1", **(extra_env or {})}  # fmt: skip
     upgraded = run_cli("db", "upgrade", env=env)
     assert upgraded.returncode == 0, upgraded.stderr
     (home / "review.yaml").write_text(review_manifest("nightly"))

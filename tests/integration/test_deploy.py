@@ -532,7 +532,8 @@ def _assert_console_block(conf: str, upstream: str) -> None:
     """Server TLS only (browsers have no client certificate), the scheme and the client's
     address set by the gateway, the live stream passed on unbuffered and kept open."""
     code = _nginx_code(conf)
-    for line in ("listen 8444 ssl;",
+    for line in ("listen 8444 ssl;", "listen 8444 ssl default_server;", "return 421;",
+                 "server_name console.factory.internal localhost 127.0.0.1;",
                  "ssl_certificate /etc/nginx/certs/gateway.pem;",
                  "ssl_certificate_key /etc/nginx/certs/gateway.key;",
                  "proxy_set_header X-Forwarded-Proto https;",
@@ -630,7 +631,10 @@ def test_kubernetes_console_sits_behind_the_gateway() -> None:
     config = docs[("console.yaml", "ConfigMap", "factory-console")]["data"]
     settings = parse_console_settings(config)
     assert settings.secure_cookies == "always"
-    assert settings.trusted_proxies == "*"  # only the gateway's pods connect (the test below)
+    # The gateway pods' network, never every peer (only the gateway's pods connect: below).
+    trusted = [ipaddress.ip_network(p) for p in settings.trusted_proxies.split(",")]
+    assert trusted and all(n.is_private and n.prefixlen >= 8 for n in trusted), trusted
+    assert not any(ipaddress.ip_address("127.0.0.1") in n for n in trusted)
     service = docs[("console.yaml", "Service", "console")]
     assert service["spec"]["selector"] == {"app": "console"}
     assert [p["port"] for p in service["spec"]["ports"]] == [8080]
@@ -804,6 +808,7 @@ def test_the_gateway_serves_the_console_over_server_tls(
         "listen 8443 ssl;": f"listen 127.0.0.1:{_free_port()} ssl;",
         "listen 5556 ssl;": f"listen 127.0.0.1:{_free_port()} ssl;",
         "listen 8444 ssl;": f"listen 127.0.0.1:{port} ssl;",
+        "listen 8444 ssl default_server;": f"listen 127.0.0.1:{port} ssl default_server;",
         console_upstream: f"http://127.0.0.1:{upstream.server_port}",
         "/etc/nginx/certs/": f"{gateway_certs}/",
         "include /etc/nginx/conf.d/*.conf;": f"include {tmp_path}/conf.d/*.conf;",
@@ -846,6 +851,11 @@ def test_the_gateway_serves_the_console_over_server_tls(
             assert headers["x-forwarded-proto"] == "https", path
             assert headers["x-forwarded-for"] == "127.0.0.1", path  # replaced, not appended
             assert headers["host"] == f"127.0.0.1:{port}", path
+        # Another Host never reaches the console (the console block's server_name).
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=tls, timeout=10)
+        conn.request("GET", "/api/v1/jobs/", headers={"Host": "evil.example"})
+        assert conn.getresponse().status == 421
+        conn.close()
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=tls, timeout=5)
         conn.request("GET", "/batches/night-1/live", headers={"Accept": "text/event-stream"})
         answer = conn.getresponse()
