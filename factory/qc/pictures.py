@@ -12,6 +12,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 THUMB_WIDTH = 240
+SHEET_TOP, ROW_GAP = 40, 12  # the contact sheet's title band; space between its rows
 PASS, FAIL, INK, PAPER = (40, 160, 70), (210, 40, 40), (20, 20, 20), (250, 250, 248)
 
 
@@ -57,20 +58,20 @@ def contact_sheet(title: str, seams: Sequence[SeamPicture]) -> bytes:
     font = ImageFont.load_default(size=14)
     small = ImageFont.load_default(size=12)
     thumb_h = _thumb(seams[0].before).height if seams else 0
-    row_h = thumb_h + 12
+    row_h = thumb_h + ROW_GAP
     text_w = 330
     width = 2 * THUMB_WIDTH + text_w + 40
-    height = 40 + max(1, len(seams)) * row_h
+    height = SHEET_TOP + max(1, len(seams)) * row_h
     sheet = Image.new("RGB", (width, height), PAPER)
     draw = ImageDraw.Draw(sheet)
     draw.text((10, 10), title, fill=INK, font=font)
     if not seams:
         draw.text((10, 44), "one segment: no seams", fill=INK, font=small)
     for i, picture in enumerate(seams):
-        top = 40 + i * row_h
+        top = SHEET_TOP + i * row_h
         data = picture.seam
         colour = PASS if data["passed"] else FAIL
-        draw.rectangle((6, top - 4, 14 + 2 * THUMB_WIDTH + 8, top + thumb_h + 4), fill=colour)
+        draw.rectangle(_frames_box(top, thumb_h), fill=colour)
         sheet.paste(_thumb(picture.before), (10, top))
         sheet.paste(_thumb(picture.after), (18 + THUMB_WIDTH, top))
         x = 34 + 2 * THUMB_WIDTH
@@ -88,6 +89,23 @@ def contact_sheet(title: str, seams: Sequence[SeamPicture]) -> bytes:
     out = io.BytesIO()
     sheet.save(out, format="PNG")
     return out.getvalue()
+
+
+def sheet_frames(sheet: bytes, row: int, rows: int) -> bytes | None:
+    """Row `row` (0-based) of a contact sheet of `rows` seams: its two frames in their pass or
+    fail border, as a PNG (the console's grid of seams). None if the sheet has another shape."""
+    image = Image.open(io.BytesIO(sheet))
+    row_h, spare = divmod(image.height - SHEET_TOP, max(1, rows))
+    if spare or not 0 <= row < rows or row_h <= ROW_GAP:
+        return None
+    box = _frames_box(SHEET_TOP + row * row_h, row_h - ROW_GAP)
+    out = io.BytesIO()
+    image.crop((box[0], box[1], box[2] + 1, box[3] + 1)).save(out, format="PNG")
+    return out.getvalue()
+
+
+def _frames_box(top: int, thumb_h: int) -> tuple[int, int, int, int]:
+    return 6, top - 4, 14 + 2 * THUMB_WIDTH + 8, top + thumb_h + 4
 
 
 def quality_plot(

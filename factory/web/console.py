@@ -4,6 +4,8 @@ seams, pictures, checks, events and the actions. Every form carries the CSRF sec
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import secrets
 from datetime import datetime
 from typing import Any
@@ -13,9 +15,12 @@ from fastapi import APIRouter, Form, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response, StreamingResponse
 
 from factory.access import Access
-from factory.errors import BadInput, FactoryError
+from factory.errors import BadInput, FactoryError, NoSuchJob
 from factory.forecast import parse_window
-from factory.ops import Operations
+from factory.media.presets import PRESETS
+from factory.ops import JobView, Operations
+from factory.qc.seams import SCENE_CHANGE_JUMP_FACTOR
+from factory.qc.thresholds import QcThresholds
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.web.auth import (
     SESSION_COOKIE,
@@ -29,9 +34,20 @@ from factory.web.auth import (
     secure_cookies,
 )
 from factory.web.live import card
-from factory.web.media import media_for
+from factory.web.media import codecs_of, media_for
+from factory.web.media import router as media_router
 
 router = APIRouter()
+router.include_router(media_router)  # the media the pages play (GET and HEAD)
+
+# What a page may say after an action: the redirect names one of these, signed (below).
+NOTICES = {
+    "approve": "Approved: it is being delivered.",
+    "reject": "Sent back.",
+    "requeue": "Requeued.",
+    "cancel": "Cancelled.",
+    "redo": "Redo started: it will be delivered as the next version.",
+}
 
 
 def _ops(request: Request) -> Operations:
@@ -124,7 +140,12 @@ def batches_page(request: Request) -> Response:
 def batch_page(request: Request, batch: str, after: str | None = None) -> Response:
     found = require_page(request, "viewer")
     ops = _ops(request)
-    view = ops.batch(batch, with_eta=False)
+    try:
+        view = ops.batch(batch, with_eta=False)
+    except BadInput as exc:
+        if exc.field == "batch":  # the name is the URL's: not said back
+            raise HTTPException(404, "there is no such batch") from None
+        raise
     page = ops.jobs(batch=batch, limit=request.app.state.settings.console.page_size, after=after)
     cards = [card(j) | {"video_id": j.spec.get("video_id", ""), "prompt": _prompt(j.spec)}
              for j in page.items]  # fmt: skip
@@ -143,24 +164,54 @@ async def batch_live(request: Request, batch: str) -> Response:
 
 
 @router.get("/jobs/{job_id}", response_class=HTMLResponse)
-def job_page(request: Request, job_id: str, done: str = "", error: str = "",
-             status_code: int = 200) -> Response:  # fmt: skip
+def job_page(request: Request, job_id: str, done: str = "") -> Response:
     found = require_page(request, "viewer")
+    return _job_page(request, found, job_id, notice=_notice(found, job_id, done))
+
+
+def _job_page(request: Request, found: Caller, job_id: str, *, status: int = 200,
+              notice: str = "", error: str = "") -> Response:  # fmt: skip
+    """The video's page. Everything it says comes from the server: `notice` from NOTICES,
+    `error` from a refused action, `status` chosen by the caller here, never the URL."""
     ops = _ops(request)
-    view = ops.job_view(job_id, with_checks=True)
+    try:
+        view = ops.job_view(job_id, with_checks=True)
+    except NoSuchJob:
+        raise HTTPException(404, "there is no such video") from None
     job = view.job
     video = job.video
     events = ops.events(job_id)
-    players = [r for r in video.renditions if media_for(job, f"{r}.mp4")]
+    names = [r for r in video.renditions if media_for(job, f"{r}.mp4")]
+    h264 = [r for r in names if r in PRESETS and not PRESETS[r].is_hevc]
+    # where the browser cannot play a rendition (HEVC, mostly), the page offers an H.264 one
+    players = [{"name": r, "type": codecs_of(r) or "",
+                "fallback": next((p for p in h264 if p != r), "")} for r in names]  # fmt: skip
     pictures = [p for p in ("contact", "quality") if media_for(job, f"{p}.png")]
     seams = [s | {"left": round(100 * s.get("seconds", 0) / max(video.duration, 1e-6), 2)}
              for s in view.seams]  # fmt: skip
     return _page(
-        request, "job.html", found, status=status_code, job=job, video=video, view=view,
-        players=players, pictures=pictures, seams=seams, events=events[-200:],
-        requeue_targets=[s.value for s in REQUEUE_TARGETS], done=done, error=error,
+        request, "job.html", found, status=status, job=job, video=video, view=view,
+        players=players, pictures=pictures, seams=seams,
+        worst=worst_first(view, request.app.state.settings.qc), events=events[-200:],
+        requeue_targets=[s.value for s in REQUEUE_TARGETS], notice=notice, error=error,
         can_act=found.principal.can("operator"), Stage=Stage,
     )  # fmt: skip
+
+
+def worst_first(view: JobView, limits: QcThresholds) -> list[dict[str, Any]]:
+    """The seams, failed ones first, then by score: the largest of each measure over its limit
+    (1.0: at the limit; a new scene's colour may change and its jump may be 3x)."""
+    cells = []
+    for seam in view.seams:
+        scene = bool(seam.get("scene_change"))
+        jump_limit = limits.seam_jump * (SCENE_CHANGE_JUMP_FACTOR if scene else 1)
+        measures = [("jump", jump_limit), ("ssim_drop", limits.seam_ssim_drop)]
+        if not scene:
+            measures += [("delta_e", limits.seam_delta_e), ("delta_l", limits.seam_delta_l)]
+        score = max(float(seam.get(name) or 0) / max(limit, 1e-9) for name, limit in measures)
+        failed = bool(seam.get("failures")) or seam.get("passed") is False
+        cells.append(seam | {"score": round(score, 3), "failed": failed})
+    return sorted(cells, key=lambda c: (not c["failed"], -c["score"], c["seam"]))
 
 
 # --- acting ----------------------------------------------------------------------------------
@@ -181,6 +232,8 @@ def act(
 ) -> Response:
     found = require_page(request, "operator")
     check_csrf(found, csrf)
+    if action not in NOTICES:
+        raise HTTPException(404, "no such action")
     ops, actor = _ops(request), found.principal.actor
     try:
         if action == "approve":
@@ -196,16 +249,33 @@ def act(
             seed = None if new_prompt else secrets.randbits(31)
             ops.redo(job_id, range_text=range_text, actor=actor, seed=seed, prompt=new_prompt,
                      reason=reason)  # fmt: skip
-        else:
-            raise HTTPException(404, f"no action {action!r}")
+    except NoSuchJob:
+        raise HTTPException(404, "there is no such video") from None
     except (BadInput, ValueError) as exc:
-        return job_page(request, job_id, error=str(exc), status_code=409)
+        return _job_page(request, found, job_id, error=str(exc), status=409)
     except FactoryError as exc:
-        return job_page(request, job_id, error=str(exc), status_code=500)
-    return RedirectResponse(f"/jobs/{quote(job_id)}?done={action}", status_code=303)
+        return _job_page(request, found, job_id, error=str(exc), status=500)
+    done = f"{action}.{_sign(found, job_id, action)}"
+    return RedirectResponse(f"/jobs/{quote(job_id)}?done={done}", status_code=303)
 
 
 # --- helpers ---------------------------------------------------------------------------------
+
+
+def _sign(found: Caller, job_id: str, action: str) -> str:
+    """A MAC over the job and the action with the session's own secret: a link that says
+    "approved" cannot be made by anyone else, nor carried to another job or session."""
+    key = found.session.csrf.encode() if found.session else b""
+    message = f"notice\0{job_id}\0{action}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()[:20]
+
+
+def _notice(found: Caller, job_id: str, done: str) -> str:
+    action, _, mac = done.partition(".")
+    if found.session is None or action not in NOTICES:
+        return ""
+    signed = hmac.compare_digest(mac.encode(), _sign(found, job_id, action).encode())
+    return NOTICES[action] if signed else ""
 
 
 def _local(target: str) -> str:

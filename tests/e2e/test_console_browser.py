@@ -110,7 +110,7 @@ def test_approve_one_and_send_one_back(page, site: Site, tmp_path: Path) -> None
     assert not site.store_path("nightly/web-ok/out/mobile.mp4").exists()
     screenshot(page, "console-review", tmp_path)
     page.click("button.approve")
-    page.wait_for_url("**/jobs/nightly.web-ok?done=approve")
+    page.wait_for_url("**/jobs/nightly.web-ok?done=approve.*")
     assert settled(site, "nightly.web-ok")["stage"] == "done"  # the server delivers it (embedded)
     page.reload()
     assert page.locator("#stage").inner_text() == "done"
@@ -120,7 +120,7 @@ def test_approve_one_and_send_one_back(page, site: Site, tmp_path: Path) -> None
     page.goto(site.base + "/jobs/nightly.web-no")
     page.fill("form[action$='/reject'] input[name=reason]", "the boat doubles at 0:02")
     page.click("button.reject")
-    page.wait_for_url("**/jobs/nightly.web-no?done=reject")
+    page.wait_for_url("**/jobs/nightly.web-no?done=reject.*")
     assert page.locator("#stage").inner_text() == "failed (in review)"
     status = site.cli("status", "nightly.web-no")
     assert "rejected by token:test-operator" in status.stdout
