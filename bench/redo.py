@@ -16,7 +16,11 @@ version 2); for each keyframe layout (`every-2s`, the default, and `segments`). 
   bit; each delivered rendition decoded and compared frame by frame: outside the re-encoded
   GOPs (copied packets), inside them but outside the changed range (PSNR), and (the issue's
   criterion) outside the redone segments and the segment joined into;
-- the bits the `segments` layout costs: version 1's delivered size against `every-2s`'s.
+- the bits the `segments` layout costs: version 1's delivered size against `every-2s`'s;
+- (every-2s) after both redos, gc and `requeue --from generate`: the time the segments took
+  against version 1's (replaying the two joins makes past segments again: the ratio to
+  expect is (segments + past segments) / segments), and the lossless frames against the
+  current version's (all identical: a regeneration replays the joins).
 """
 
 from __future__ import annotations
@@ -117,8 +121,41 @@ def run_layout(args: argparse.Namespace, layout: str) -> dict:
             result["redos"].append(figures)
             if number == 2:
                 result["v1_gen_encode"] = gen_encode(before)
+                result["v1_generate"] = segment_seconds(before)
             before = after
+        if layout == "every-2s":
+            result["regeneration"] = regenerate(manifest, store, video, before, (width, height),
+                                                env)  # fmt: skip
         return result
+
+
+def segment_seconds(status_json: dict) -> float:
+    """The seconds the job's current segments took to make (a segment that needed past
+    segments made again counts them)."""
+    return sum(s["seconds"] or 0.0 for s in status_json["segments_made"])
+
+
+def regenerate(manifest: Path, store: Path, video, current: dict, size: tuple[int, int],
+               env: dict[str, str]) -> dict:  # fmt: skip
+    """After both joined redos: gc, then `requeue --from generate` makes the video again from
+    nothing; its lossless frames against the current version's, and what replaying the
+    joins cost (the past segments made again)."""
+    width, height = size
+    made = {s["index"]: s.get("attempt") for s in current["segments_made"]}
+    kept = lossless(store, made, width, height)
+    factory("gc", "--older-than", "0", env=env)
+    factory("requeue", "bench.long", "--from", "generate", env=env)
+    wall, _ = factory("run", str(manifest), env=env)
+    after = status(env)
+    again = lossless(store, {s["index"]: s.get("attempt") for s in after["segments_made"]},
+                     width, height)  # fmt: skip
+    events = json.loads(factory("events", "bench.long", "--json", env=env)[1].stdout)
+    # (only a regeneration makes past segments: a redo reads the stored ones)
+    pasts = [p for e in events for p in (e.get("detail") or {}).get("past_segments_made", [])]
+    same = sum(np.array_equal(a, b) for a, b in zip(kept, again, strict=True))
+    return {"wall": wall, "generate": segment_seconds(after), "pasts": len(pasts),
+            "segments": len(video_plan(video)), "same": (same, len(kept)),
+            "version": after["version"]}  # fmt: skip
 
 
 def gen_encode(status_json: dict) -> float:
@@ -195,6 +232,19 @@ def report(r: dict) -> None:
                   + f"; outside the redone and joined segments {kept[0]}/{kept[1]}")  # fmt: skip
 
 
+def report_regeneration(r: dict) -> None:
+    g = r["regeneration"]
+    print(f"\n== gc, then requeue --from generate after both joined redos (version {g['version']})")
+    print(f"segments: {g['generate']:.1f} s / version 1's {r['v1_generate']:.1f} s: ratio "
+          f"{g['generate'] / r['v1_generate']:.3f}; past segments made again to replay the "
+          f"joins: {g['pasts']} (the video has {g['segments']}: expected ratio "
+          f"{(g['segments'] + g['pasts']) / g['segments']:.3f})")  # fmt: skip
+    print(f"wall time: {g['wall']:.1f} s / version 1's {r['whole']:.1f} s: ratio "
+          f"{g['wall'] / r['whole']:.3f}")  # fmt: skip
+    same, total = g["same"]
+    print(f"lossless frames against the current version's: {same} of {total} identical")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--duration", type=float, default=120)
@@ -207,6 +257,8 @@ def main() -> None:
     results = [run_layout(args, layout) for layout in layouts]
     for result in results:
         report(result)
+        if "regeneration" in result:
+            report_regeneration(result)
     if len(results) == 2:
         sizes = [r["redos"][0]["renditions"] for r in results]
         print("\nversion 1's delivered bytes, segments / every-2s layout: " + ", ".join(
