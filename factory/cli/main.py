@@ -215,6 +215,15 @@ def submit(
     err.print(
         f"{fresh} created, {len(result.jobs) - fresh} already submitted (batch {parsed.batch})"
     )
+    if fresh and _ops().in_process:
+        err.print(_NOTHING_RUNS)
+
+
+# Embedded (no FACTORY_BROKER_URL): recorded work waits for a `factory run` in this home.
+_NOTHING_RUNS = (
+    "no broker (FACTORY_BROKER_URL is empty): nothing runs it until `factory run MANIFEST` "
+    "(the batch's manifest) is run in this FACTORY_HOME"
+)
 
 
 @app.command()
@@ -404,6 +413,8 @@ def requeue(
             "its intermediates were removed by gc: every segment is regenerated, then encoded, "
             "muxed, checked and delivered; the delivery stays until the new run passes QC"
         )
+    if ops.in_process:
+        err.print(_NOTHING_RUNS)
 
 
 @app.command()

@@ -299,3 +299,15 @@ def test_a_regeneration_after_gc_replays_joins_into_joined_segments(tmp_path: Pa
     ]
     # The first run's segments 0-2 (for segment 2's past) and the first redo's segment 1.
     assert sorted(made_again) == [(0, 0), (0, 1), (0, 2), (1, 1)]
+
+
+def test_an_embedded_requeue_says_what_runs_it_and_factory_run_does(tmp_path: Path) -> None:
+    ops = _delivered(tmp_path)
+    env = home_env(tmp_path / "home")
+    requeued = run_cli_here("requeue", "ver.clip", "--from", "deliver", env=env)
+    assert requeued.returncode == 0, requeued.stdout + requeued.stderr
+    assert "nothing runs it until `factory run MANIFEST`" in requeued.stderr
+    assert ops.job("ver.clip").stage is Stage.DELIVER  # recorded, not run
+    done = run_cli_here("run", str(tmp_path / "m.yaml"), env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _current(ops) == 2
