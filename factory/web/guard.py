@@ -80,17 +80,17 @@ class Guard:
                 return
             scope[CALLER], credential = found
         limit = MANIFEST_LIMIT if path == "/api/v1/manifests" else BODY_LIMIT
-        try:
-            body = await _read(headers, receive, limit)
-        except _Gone:
-            return
-        if body is None:
-            await _json(send, 413, f"the body is larger than {limit // 1024} KiB")
-            return
-        if body:
+        if _has_body(headers):
+            try:
+                body = await _read(headers, receive, limit)
+            except _Gone:
+                return
+            if body is None:
+                await _json(send, 413, f"the body is larger than {limit // 1024} KiB")
+                return
             if path == "/signin" and method == "POST":
                 await self._signin_limit(scope, body)
-            receive = _replay(body, receive)
+            receive = _replay(body, receive)  # what was read, even nothing, is handed on
         if credential is None:
             await self.app(scope, receive, send)
         else:
@@ -230,12 +230,14 @@ def _is_stream(message: Message) -> bool:
     return False
 
 
+def _has_body(headers: Headers) -> bool:
+    return "content-length" in headers or "transfer-encoding" in headers
+
+
 async def _read(headers: Headers, receive: Receive, limit: int) -> bytes | None:
     """The body, or None when it is larger than ``limit`` (by Content-Length at once, else
     counted as it arrives: what is past the cap is never read)."""
     length = headers.get("content-length")
-    if length is None and "transfer-encoding" not in headers:
-        return b""
     if length is not None and (not length.isdigit() or len(length) > 19 or int(length) > limit):
         return None
     chunks, size = [], 0

@@ -165,6 +165,17 @@ def test_an_anonymous_40_mib_body_is_refused_without_being_read(site: Site) -> N
     assert requests.get(f"{site.base}/healthz").status_code == 200
 
 
+def test_empty_and_missing_bodies_reach_their_route(site: Site) -> None:
+    operator = site.api("operator")
+    for data in (None, b""):  # no body at all, Content-Length: 0
+        answer = operator.post(f"{site.base}/api/v1/jobs/none/approve", data=data, timeout=30)
+        assert answer.status_code == 404, (data, answer.text)
+    answer = operator.post(f"{site.base}/api/v1/jobs/none/approve", json={}, timeout=30)
+    assert answer.status_code == 404, answer.text
+    answer = operator.get(f"{site.base}/api/v1/jobs", data=b"x", timeout=30)
+    assert answer.status_code == 200
+
+
 def test_an_anonymous_caller_learns_nothing_of_the_schema(site: Site) -> None:
     for method, path, _ in WRITES:
         answer = requests.request(method, site.base + path, data="{not json",
