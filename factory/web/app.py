@@ -10,12 +10,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, HTTPException, Request
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
-from sqlalchemy import select
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
@@ -23,8 +22,6 @@ from factory import __version__
 from factory.access import Access
 from factory.app import Factory
 from factory.config import Settings
-from factory.db.models import job_segments
-from factory.db.state import Job
 from factory.errors import BadInput, FactoryError, InvalidOperation, ManifestError, NoSuchJob
 from factory.ops import Operations
 from factory.store import open_store
@@ -32,7 +29,7 @@ from factory.web import api, console
 from factory.web.auth import NotSignedIn, SignInLimiter, require_api
 from factory.web.guard import Guard, SecurityHeaders
 from factory.web.live import LiveHub
-from factory.web.media import Thumbnails, media_for, ranged
+from factory.web.media import Thumbnails
 from factory.web.runner import LocalRunner
 
 HERE = Path(__file__).parent
@@ -97,35 +94,8 @@ def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI
     def healthz() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
 
-    @app.get("/media/{job_id}/{name}", summary="A rendition, contact.png, quality.png or thumb.png")
-    def media(request: Request, job_id: str, name: str) -> Response:
-        require_api(request, "viewer")
-        job = ops.job(job_id)
-        if name == "thumb.png":
-            data = app.state.thumbnails.get(job, _first_segment_attempt(factory, job))
-            if data is None:
-                raise HTTPException(404, "no picture of this video yet")
-            return Response(data, media_type="image/png",
-                            headers={"Cache-Control": "private, max-age=300"})  # fmt: skip
-        found = media_for(job, name)
-        if found is None:
-            raise HTTPException(404, f"job {job_id} has no {name!r}")
-        return ranged(request, app.state.store, found)
-
     _errors(app)
     return app
-
-
-def _first_segment_attempt(factory: Factory, job: Job) -> int | None:
-    with factory.database.transaction() as conn:
-        row = conn.execute(
-            select(job_segments.c.attempt).where(
-                job_segments.c.job_id == job.job_id, job_segments.c.segment == 0
-            )
-        ).first()
-    if row is None:
-        raise HTTPException(404, "no picture of this video yet")
-    return row.attempt
 
 
 def _errors(app: FastAPI) -> None:
