@@ -182,11 +182,16 @@ class S3Stand:
             return
         pid = int(pid_file.read_text())
         os.kill(pid, signal.SIGTERM)  # fast shutdown: open connections are cut
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and pid_file.exists():
+        # Down means the port refuses: on a loaded machine the master's pid file can go
+        # before its last worker has closed the listening socket.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (pid_file.exists() or self._gateway_listens()):
             time.sleep(0.05)
+        assert not self._gateway_listens(), "gateway still up"
+
+    def _gateway_listens(self) -> bool:
         with socket.socket() as sock:
-            assert sock.connect_ex(("127.0.0.1", self.gateway_port)) != 0, "gateway still up"
+            return sock.connect_ex(("127.0.0.1", self.gateway_port)) == 0
 
     # --- certificates ----------------------------------------------------------------
 
