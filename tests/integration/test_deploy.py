@@ -127,7 +127,8 @@ def test_compose_has_the_whole_factory_wired_as_the_design_says(compose: dict) -
         [device] = services[name]["deploy"]["resources"]["reservations"]["devices"]
         assert device["capabilities"] == ["gpu"] and device["driver"] == "nvidia"
         assert device["device_ids"] == [name[-1]]
-        assert services[name]["command"][:3] == ["worker", "--gpu", name[-1]]
+        # The container sees its one card as GPU 0 (--gpu N is the process's view).
+        assert services[name]["command"][:3] == ["worker", "--gpu", "0"]
         seen |= set(device["device_ids"])
     assert seen == {"0", "1"}  # one worker per GPU, none shared
     for name in ("cpu-worker", "gpu-worker-0", "gpu-worker-1"):
