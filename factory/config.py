@@ -67,6 +67,9 @@ class Settings:
     ready_gpu_memory: float = 0.95  # above this fraction in use a GPU worker takes no work
     readiness_every: float = 2.0
     nvidia_smi: str = "nvidia-smi"  # how `factory worker --gpus auto` reads the topology
+    # a `factory worker --gpu N` that has no such GPU runs the GPU stages on the CPU
+    # instead of refusing to start (FACTORY_WORKER_ALLOW_CPU=1, or --allow-cpu)
+    worker_allow_cpu: bool = False
     webhook: WebhookSettings = field(default_factory=WebhookSettings)
     store_fsync: bool = True  # a file store syncs each write before a checkpoint records it
     give_up_after: int = 3600  # seconds of interruptions without progress before a job fails
@@ -130,6 +133,7 @@ class Settings:
             ready_gpu_memory=_fraction(env, "FACTORY_READY_GPU_MEMORY", 0.95),
             readiness_every=_positive_float(env, "FACTORY_READINESS_EVERY", 2.0),
             nvidia_smi=env.get("FACTORY_NVIDIA_SMI") or "nvidia-smi",
+            worker_allow_cpu=_flag(env, "FACTORY_WORKER_ALLOW_CPU"),
             webhook=_webhook(env),
             give_up_after=_positive_int(env, "FACTORY_GIVE_UP_AFTER", 3600),
             store_fsync=_flag(env, "FACTORY_STORE_FSYNC", default=True),

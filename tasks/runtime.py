@@ -61,7 +61,9 @@ def runtime() -> Runtime:
     if _runtime is None or _runtime.worker.split("/")[-1] != f"pid-{os.getpid()}":
         settings = Settings.from_env()
         factory = Factory.open(settings)
-        ctx = StageContext.from_settings(settings, factory.jobs, factory.database, device=_device())
+        ctx = StageContext.from_settings(
+            settings, factory.jobs, factory.database, device=_device(settings.worker_allow_cpu)
+        )
         own = os.environ.get("FACTORY_GPU_QUEUE") or None
         _runtime = Runtime(
             settings,
@@ -73,11 +75,22 @@ def runtime() -> Runtime:
     return _runtime
 
 
-def _device() -> str:
-    """`cuda` for a GPU worker on a machine that has one (checked in the child, after the fork)."""
-    if not os.environ.get("CUDA_VISIBLE_DEVICES"):
+def _device(allow_cpu: bool) -> str:
+    """`cuda` for a GPU worker (checked in the child, after the fork). `factory worker --gpu N`
+    gave it a GPU nvidia-smi lists, or none (empty: the CPU, allowed on purpose); a GPU that
+    CUDA cannot use (a CPU build of torch, a driver too old) is not run on the CPU silently."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not visible:
         return "cpu"
     configure_allocator()
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    if torch.cuda.is_available():
+        return "cuda"
+    if allow_cpu:
+        return "cpu"
+    raise RuntimeError(
+        f"CUDA_VISIBLE_DEVICES={visible} but torch {torch.__version__} (CUDA "
+        f"{torch.version.cuda or 'none: a CPU build'}) sees no usable GPU; install the CUDA "
+        "build for this driver, or set FACTORY_WORKER_ALLOW_CPU=1 to run on the CPU on purpose"
+    )

@@ -83,12 +83,21 @@ def worker(
     pin_cpus: bool = typer.Option(
         True, "--pin-cpus/--no-pin-cpus", help="With --gpus: each worker on its GPU's NUMA CPUs."
     ),
+    allow_cpu: bool = typer.Option(
+        False,
+        "--allow-cpu",
+        help="With --gpu/--gpus: when there is no such GPU here, run the GPU stages on the CPU "
+        "(saying so) instead of refusing to start (FACTORY_WORKER_ALLOW_CPU=1).",
+    ),
 ) -> None:
     """Start a Celery worker: `--gpu N` (its own queue gpu.<host>.<N> and the shared `gpu`
-    queue, one process, CUDA_VISIBLE_DEVICES=N in nvidia-smi's numbering), `--gpus auto`
-    (one such worker per GPU, supervised) or `--cpu`."""
+    queue, one process, on GPU N of those this process sees: nvidia-smi's numbering, a
+    container's own view, or the Nth entry of a CUDA_VISIBLE_DEVICES already set), `--gpus
+    auto` (one such worker per GPU, supervised) or `--cpu`."""
     if sum((gpu is not None, gpus is not None, cpu)) != 1:
         raise BadInput("give exactly one of --gpu N, --gpus auto or --cpu", field="worker")
+    if allow_cpu:
+        os.environ["FACTORY_WORKER_ALLOW_CPU"] = "1"  # for the workers --gpus starts, too
     settings = Settings.from_env()
     base = _celery_base(settings)
     if gpus is not None:
@@ -118,7 +127,10 @@ def worker(
         queue = gpu_queue(gpu, host)
         # PCI order: CUDA's default (fastest first) may number a mixed node's GPUs unlike
         # nvidia-smi, NVML (readiness) and the recorded topology.
-        cuda = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(gpu)}
+        cuda = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+                "CUDA_VISIBLE_DEVICES": _gpu_device(settings, gpu)}  # fmt: skip
+        if cuda["CUDA_VISIBLE_DEVICES"].isdigit():
+            health["FACTORY_GPU_INDEX"] = cuda["CUDA_VISIBLE_DEVICES"]  # NVML's numbering
         # Own queue first: with the broker's "priority" queue order (tasks/app.py) this
         # worker takes its job's next segment before any new job from the shared queue.
         _exec([*base, *common, "-c", "1", "-Q", f"{queue},gpu", "-n", f"gpu{gpu}@{host}"],
@@ -128,6 +140,22 @@ def worker(
             os.nice(nice)  # inherited by the worker's processes and the encoders they start
         _exec([*base, *common, "-c", str(concurrency), "-Q", "cpu", "-n", f"cpu@{host}"],
               {"FACTORY_GPU_QUEUE": "", **health})  # fmt: skip
+
+
+def _gpu_device(settings: Settings, gpu: int) -> str:
+    """CUDA_VISIBLE_DEVICES for `--gpu N`: never an index this process cannot see, and no
+    GPU at all only when the CPU is allowed (factory/generate/devices.py)."""
+    from factory.generate.devices import GpuNotUsable, choose_device, list_gpus
+
+    inherited = os.environ.get("CUDA_VISIBLE_DEVICES")
+    listed, how = list_gpus(settings.nvidia_smi) if inherited is None else (0, "")
+    try:
+        choice = choose_device(gpu, inherited, listed, how, settings.worker_allow_cpu)
+    except GpuNotUsable as error:
+        raise BadInput(str(error), field=f"--gpu {gpu}") from None
+    if choice.note:
+        err.print(choice.note, markup=False)
+    return choice.cuda_visible_devices
 
 
 def _pin_to(cpus: str) -> None:

@@ -27,6 +27,46 @@ def test_worker_needs_exactly_one_kind(tmp_path: Path):
     assert "exactly one of --gpu N, --gpus auto or --cpu" in result.stderr
 
 
+def _worker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """`factory worker ARGS` in a process whose CUDA_VISIBLE_DEVICES is env's alone."""
+    full = {k: v for k, v in os.environ.items()
+            if k not in ("CUDA_VISIBLE_DEVICES", "FACTORY_WORKER_ALLOW_CPU")} | env  # fmt: skip
+    return subprocess.run([os.sys.executable, "-m", "factory", "worker", *args], env=full,
+                          capture_output=True, text=True, timeout=60, cwd=REPO)  # fmt: skip
+
+
+def test_a_gpu_worker_never_asks_for_a_gpu_it_cannot_see(tmp_path: Path):
+    """--gpu N is this process's view: CUDA_VISIBLE_DEVICES=0 (set by a unit, a scheduler or
+    a runtime) has one GPU, and a container given one card sees it as GPU 0 (nvidia-smi)."""
+    env = {**embedded(tmp_path), "FACTORY_BROKER_URL": "redis://127.0.0.1:6379/12"}
+    refused = _worker({**env, "CUDA_VISIBLE_DEVICES": "0"}, "--gpu", "1")
+    assert refused.returncode == 2, refused.stderr
+    assert "--gpu 1: GPU 1 is not visible here" in refused.stderr
+    assert "CUDA_VISIBLE_DEVICES='0'" in refused.stderr and "exec " not in refused.stderr
+    one_card = tmp_path / "nvidia-smi"
+    one_card.write_text("#!/bin/sh\necho '0, GPU-5e1c, NVIDIA H200, 00000000:9A:00.0, 143771'\n")
+    one_card.chmod(0o755)
+    container = _worker({**env, "FACTORY_NVIDIA_SMI": str(one_card)}, "--gpu", "1")
+    assert container.returncode == 2, container.stderr
+    assert "nvidia-smi lists 1 GPU(s) here: 0" in container.stderr
+    assert "that card is --gpu 0" in container.stderr
+
+
+def test_a_gpu_worker_without_a_gpu_runs_on_the_cpu_only_when_told(tmp_path: Path):
+    env = {**embedded(tmp_path), "FACTORY_BROKER_URL": "redis://127.0.0.1:6379/12",
+           "FACTORY_NVIDIA_SMI": str(tmp_path / "absent")}  # fmt: skip
+    refused = _worker(env, "--gpu", "0")
+    assert refused.returncode == 2, refused.stderr
+    assert "no GPU is visible here" in refused.stderr and "--allow-cpu" in refused.stderr
+    for allowed in (_worker(env, "--gpu", "0", "--allow-cpu", "--loglevel", "nonsense"),
+                    _worker({**env, "FACTORY_WORKER_ALLOW_CPU": "1"}, "--gpu", "0",
+                            "--loglevel", "nonsense")):  # fmt: skip
+        # Past the check: the worker says it runs on the CPU, then Celery starts (and stops
+        # at once here, on the log level it cannot use).
+        assert "running the GPU stages on the CPU" in allowed.stderr, allowed.stderr
+        assert "exec " in allowed.stderr
+
+
 def test_flower_refuses_to_start_without_auth(tmp_path: Path):
     env = {
         **embedded(tmp_path),

@@ -44,6 +44,9 @@ class Cluster:
             "FACTORY_SWEEP_EVERY": "1",
             "FACTORY_HEARTBEAT_EVERY": "1",
             "FACTORY_MAX_RECOVERIES": "10",
+            # This machine has no GPU: a `--gpu N` worker runs the GPU stages on the CPU only
+            # when told to (it refuses otherwise, factory/generate/devices.py).
+            "FACTORY_WORKER_ALLOW_CPU": "1",
             **self.env_overrides,
         }
 
