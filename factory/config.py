@@ -147,6 +147,8 @@ class Settings:
             **_nodes(env),
         )
         settings._check_schemes()
+        if _flag(env, "FACTORY_PRODUCTION"):
+            _refuse_embedded(env)
         return settings
 
     def _check_schemes(self) -> None:
@@ -194,6 +196,26 @@ class Settings:
         ):
             if url and not url.startswith(("redis://", "rediss://", "unix://")):
                 raise ConfigError("must be a redis:// or rediss:// URL", field=name)
+
+
+def _refuse_embedded(env: Mapping[str, str]) -> None:
+    """A host that says it is production never falls back to the embedded factory: work put
+    there (a batch in a SQLite file, assets in a local folder, no broker) reaches no worker."""
+    database = env.get("FACTORY_DATABASE_URL") or ""
+    store = env.get("FACTORY_STORE_URL") or ""
+    for name, value, wrong in (
+        ("FACTORY_DATABASE_URL", database, not database or database.startswith("sqlite")),
+        ("FACTORY_STORE_URL", store, not store or store.startswith("file:")),
+        ("FACTORY_BROKER_URL", env.get("FACTORY_BROKER_URL") or "", False),
+    ):
+        if wrong or not value:
+            what = f"is {value!r}" if value else "is not set"
+            raise ConfigError(
+                f"this host is production, but {name} {what}: the embedded factory's "
+                "default would be used, which no worker reads; set it in the env file "
+                "(/etc/factory/factory.env)",
+                field="FACTORY_PRODUCTION",
+            )
 
 
 def _store_bucket(store_url: str) -> str | None:

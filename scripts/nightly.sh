@@ -5,14 +5,18 @@
 #
 # Harmless if cron fires twice: the batch name carries the date, so the second submission
 # finds every job already there and creates (and dispatches) nothing; a lock keeps two
-# runs from overlapping. Environment: the FACTORY_* variables of the cluster, typically
-# from /etc/factory/env.
+# runs from overlapping. Settings: the factory's one env file (/etc/factory/factory.env, or
+# FACTORY_ENV_FILE; scripts/factory-env.sh): without it, or when it would submit to the
+# embedded database or a local store on a host it says is production (FACTORY_PRODUCTION=1),
+# nothing is submitted and the script exits 1 naming the file.
 set -euo pipefail
 manifest=${1:?usage: nightly.sh MANIFEST [BATCH-PREFIX]}
 prefix=${2:-nightly}
 here="$(cd "$(dirname "$0")/.." && pwd)"
 factory=${FACTORY_CLI:-$here/.venv/bin/factory}
-[ -f /etc/factory/env ] && set -a && . /etc/factory/env && set +a
+# shellcheck source=scripts/factory-env.sh
+. "$here/scripts/factory-env.sh"
+load_factory_env submit
 batch="$prefix-$(date +%F)"
 # The lock lives in FACTORY_HOME, which only the factory's user can write: in a shared temp
 # directory another user could take the name first (a link to clobber, or a lock held for ever).
