@@ -197,6 +197,11 @@ def test_the_shipped_env_files_read_the_same_in_systemd_and_the_shell(tmp_path: 
         systemd, shell = _systemd_values(path.read_text()), _shell_values(path)
         assert systemd == shell, path.name
         assert len(systemd) >= 5, path.name
+    for path, mode in ((example, "submit"), (readme, "")):  # and what the cron scripts accept
+        load = f'. "$1/scripts/factory-env.sh"; load_factory_env {mode}'
+        done = subprocess.run(["env", "-i", f"FACTORY_ENV_FILE={path}", "bash", "-c", load, "_",
+                               str(REPO)], capture_output=True, text=True, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stderr
     values = _systemd_values(example.read_text())
     assert values["FACTORY_PRODUCTION"] == "1"
     assert values["FACTORY_STORE_URL"] == "s3://factory/renders"
@@ -489,9 +494,9 @@ def test_every_service_has_a_unit_that_systemd_accepts(systemd_root: Path) -> No
     assert done.returncode == 0 and done.stderr == "", done.stderr
     for name, runs in UNITS.items():
         unit = _unit(name)
-        assert unit["EnvironmentFile"][0] == ENV_FILE, name  # the one env file
         [start] = unit["ExecStart"]
-        if runs:
+        if runs:  # the factory's own: the one env file, its own user
+            assert unit["EnvironmentFile"][0] == ENV_FILE, name
             assert start.split()[0] == FACTORY, name
             assert start.split()[1 : 1 + len(runs)] == runs, name
             assert unit["User"] == ["factory"], name
@@ -590,7 +595,7 @@ def test_the_bare_metal_gateway_is_the_compose_gateway_at_local_addresses() -> N
     assert "FACTORY_CONSOLE_SECURE_COOKIES=always" in trusted
     gateway = _unit("factory-gateway.service")
     assert "-c /etc/factory/gateway/nginx.conf" in gateway["ExecStart"][0]
-    assert "-s reload" in gateway["ExecReload"][0]
+    assert "-s reload" in gateway["ExecReload"][-1] and "-t" in gateway["ExecReload"][0]
 
 
 def test_the_bare_metal_gateway_config_passes_nginx_t(tmp_path: Path) -> None:
