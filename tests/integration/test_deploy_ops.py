@@ -184,9 +184,10 @@ def _shell_values(path: Path) -> dict[str, str]:
 
 
 def _readme_env_block() -> str:
-    readme = (REPO / "README.md").read_text()
-    start = readme.index(f"`{ENV_FILE}`")
-    return readme[start:].split("```bash\n", 1)[1].split("```", 1)[0]
+    """The README's env file example: the code block of plain FACTORY_STORE_URL=... lines."""
+    blocks = re.findall(r"```bash\n(.*?)```", (REPO / "README.md").read_text(), re.S)
+    [block] = [b for b in blocks if b.startswith("FACTORY_STORE_URL=")]
+    return block
 
 
 def test_the_shipped_env_files_read_the_same_in_systemd_and_the_shell(tmp_path: Path) -> None:
@@ -215,7 +216,8 @@ def test_the_env_file_has_one_path_everywhere() -> None:
              if p.is_file()}  # fmt: skip
     for path, text in texts.items():
         for other in re.findall(r"/etc/factory/[\w.-]*env\b", text):
-            assert other == ENV_FILE, f"{path.relative_to(REPO)} names {other}"
+            flower = other == "/etc/factory/flower.env" and "flower" in path.name + text
+            assert other == ENV_FILE or flower, f"{path.relative_to(REPO)} names {other}"
     assert "\n" in _readme_env_block()
     for line in _readme_env_block().splitlines():  # one assignment a line, no comment after it
         assert line.count("=") <= 1 or line.startswith("FACTORY_DATABASE_URL"), line
