@@ -98,7 +98,9 @@ def test_nightly_script_is_harmless_when_cron_fires_twice(tmp_path: Path):
         **os.environ,
         **embedded(tmp_path),
         "FACTORY_CLI": str(Path(os.sys.executable).parent / "factory"),
+        "FACTORY_ENV_FILE": str(tmp_path / "factory.env"),  # present, empty: the env above
     }
+    (tmp_path / "factory.env").write_text("")
     manifest = tmp_path / "nightly.yaml"
     manifest.write_text(manifest_text("ignored", videos=3))
     runs = [

@@ -324,6 +324,8 @@ def test_gc_of_one_batch_leaves_every_other_batch_alone(env, tmp_path: Path):
 def test_nightly_script_runs_gc_and_a_gc_failure_does_not_hide_the_batch(tmp_path: Path):
     env = {**os.environ, **home_env(tmp_path / "home"), "TMPDIR": str(tmp_path)}
     env["FACTORY_CLI"] = str(Path(os.sys.executable).parent / "factory")
+    env["FACTORY_ENV_FILE"] = str(tmp_path / "factory.env")  # present, empty: the env above
+    (tmp_path / "factory.env").write_text("")
     manifest = tmp_path / "nightly.yaml"
     manifest.write_text(manifest_text("ignored", videos=1, duration=1))
     script = ["bash", str(REPO / "scripts" / "nightly.sh"), str(manifest)]
