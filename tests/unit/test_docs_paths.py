@@ -19,8 +19,6 @@ MARKDOWN = re.compile(r"(?<![\w/.-])((?:\.\./)*[\w./-]*\.md)\b")
 # What the operator makes (git-ignored): the deployed certificates, the real env files
 # (each from its .example), and the single env file of old stacks the upgrade note replaces.
 MADE_BY_THE_OPERATOR = re.compile(r"docker/pki(/.*)?|docker/factory\.env")
-# Docs whose owners fix their own citations (reported, not edited here).
-OWNED_ELSEWHERE = {("jobs.md", "DESIGN.md"), ("benchmarks.md", "../shared/reference/README.md")}
 
 
 def _in_repo(path: Path) -> bool:
@@ -45,8 +43,6 @@ def _missing(path: Path) -> list[str]:
                 missing.append(f"{path.name}:{number}: {name}")
         for found in MARKDOWN.finditer(line):
             name = found.group(1)
-            if (path.name, name) in OWNED_ELSEWHERE:
-                continue
             if not (_in_repo(REPO / name) or _in_repo(path.parent / name)):
                 missing.append(f"{path.name}:{number}: {name}")
     return missing
