@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from factory.config import Settings
 from factory.db.migrate import ensure_schema
 from factory.db.session import Database
 from factory.db.state import JobStateMachine
-from factory.idempotency import SubmitTokens
+
+if TYPE_CHECKING:
+    from factory.idempotency import SubmitTokens
 
 
 @dataclass
@@ -28,11 +31,11 @@ class Factory:
         if check_schema:
             # The embedded SQLite database migrates itself; a shared one is upgraded on purpose.
             ensure_schema(database, auto_upgrade=settings.is_embedded_database)
-        tokens = (
-            SubmitTokens(settings.redis_url, settings.submit_token_ttl)
-            if settings.redis_url
-            else None
-        )
+        tokens = None
+        if settings.redis_url:  # (redis is imported only where it is used)
+            from factory.idempotency import SubmitTokens
+
+            tokens = SubmitTokens(settings.redis_url, settings.submit_token_ttl)
         return cls(settings, database, JobStateMachine(database), tokens)
 
     def close(self) -> None:

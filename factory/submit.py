@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from factory.db.state import Job, JobStateMachine
 from factory.errors import BadInput, SpecConflict
-from factory.idempotency import SubmitTokens
 from factory.manifest import Manifest, is_local_path
+
+if TYPE_CHECKING:
+    from factory.idempotency import SubmitTokens
 
 
 @dataclass(frozen=True)

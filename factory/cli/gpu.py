@@ -19,7 +19,6 @@ from rich.table import Table
 from factory.app import Factory
 from factory.config import Settings
 from factory.errors import BadInput
-from factory.gpu_report import cache_summary, gpu_rows
 from factory.manifest import load_manifest
 from factory.spec import DIFFUSERS_FAMILIES, ModelChoice
 
@@ -151,7 +150,7 @@ def _warm_embeddings(factory: Factory, parsed: Any, bar: Progress) -> dict[str, 
         hits=total.hits,
         misses=total.misses,
         not_stored=total.not_stored,
-        cache=cache_summary(cache.stats()),
+        cache=_cache_summary(cache.stats()),
     )
     return report
 
@@ -273,11 +272,13 @@ def gpu_report(
 
     factory = Factory.open(Settings.from_env())
     settings = factory.settings
+    from factory.gpu_report import gpu_rows
+
     rows = gpu_rows(factory.database)
     cache = open_embedding_cache(
         settings, factory.database, open_store(settings.store_url, settings.s3)
     )
-    summary = cache_summary(cache.stats()) if cache else None
+    summary = _cache_summary(cache.stats()) if cache else None
     if as_json:
         data = {"segments": [r.to_dict() for r in rows], "embedding_cache": summary}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
@@ -324,3 +325,9 @@ def gpu_report(
             f"embedding cache: {summary['entries']} entries, {gib(summary['bytes'])}, "
             f"hit rate {rate} ({summary['hits']} hits, {summary['misses']} misses)"
         )
+
+
+def _cache_summary(stats: Any) -> Any:
+    from factory.gpu_report import cache_summary  # (redis: imported when the cache is read)
+
+    return cache_summary(stats)

@@ -38,8 +38,6 @@ from factory.db.state import Job
 from factory.errors import BadInput, FactoryError
 from factory.manifest import Manifest, load_manifest
 from factory.ops import JobView, Operations, event_dict, job_summary, local_actor
-from factory.pipeline.context import StageContext
-from factory.pipeline.runner import run_job
 from factory.retention import gc_note
 from factory.runview import RunDisplay, summary_table
 from factory.stages import REQUEUE_TARGETS, Stage
@@ -238,6 +236,9 @@ def run(
 
     Exits 1 if any job did not finish; `factory requeue` and a second `factory run` continue.
     """
+    from factory.pipeline.context import StageContext
+    from factory.pipeline.runner import run_job
+
     factory, parsed, submitted = _submit_checked(manifest, batch, send=False)
     settings = factory.settings
     ctx = StageContext.from_settings(

@@ -12,12 +12,13 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from types import TracebackType
-from typing import IO
-
-import numpy as np
+from typing import IO, TYPE_CHECKING
 
 from factory import stopping
 from factory.errors import MediaError
+
+if TYPE_CHECKING:
+    import numpy as np
 
 STDERR_TAIL = 4000
 QUIET = ("-hide_banner", "-nostdin", "-loglevel", "error", "-y")
@@ -80,6 +81,8 @@ class RawVideoWriter:
         self._proc = subprocess.Popen(self.argv, stdin=subprocess.PIPE, stderr=self._stderr)
 
     def write(self, frames: np.ndarray) -> None:
+        import numpy as np  # (imported where used: the presets and keys need none of it)
+
         assert frames.dtype == np.uint8 and frames.ndim == 4 and frames.shape[-1] == 3
         assert self._proc.stdin is not None
         try:

@@ -12,15 +12,19 @@ from __future__ import annotations
 
 from fractions import Fraction
 from pathlib import Path
-
-import av
+from typing import TYPE_CHECKING
 
 from factory.errors import MediaError
 from factory.media.ffmpeg import atomic_output
 
+if TYPE_CHECKING:
+    import av
+
 
 def keyframe_frames(path: Path, fps: int) -> list[int]:
     """The frame numbers (presentation order, from 0) of a file's keyframes."""
+    import av  # (imported where used: planning a redo needs gop_span alone)
+
     try:
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
@@ -44,6 +48,8 @@ def splice(base: Path, piece: Path, start: int, end: int, fps: int, output: Path
     [start, end), shifted to start there), then ``base``'s packets from frame ``end`` on.
     ``start`` and ``end`` must be keyframes of ``base`` (or its end); checked, with the
     piece's length."""
+    import av
+
     try:
         with atomic_output(output) as tmp:
             _splice(base, piece, start, end, fps, tmp, codec_tag)
@@ -53,6 +59,8 @@ def splice(base: Path, piece: Path, start: int, end: int, fps: int, output: Path
 
 def _splice(base: Path, piece: Path, start: int, end: int, fps: int, tmp: Path,
             codec_tag: str) -> None:  # fmt: skip
+    import av
+
     with (
         av.open(str(base)) as old,
         av.open(str(piece)) as new,

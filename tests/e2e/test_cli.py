@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -186,3 +189,32 @@ def test_infrastructure_failure_exits_1_without_a_traceback(tmp_path: Path):
 def test_bad_setting_names_the_variable(tmp_path: Path):
     result = run_cli("jobs", env={"FACTORY_HOME": str(tmp_path), "FACTORY_STALE_AFTER": "soon"})
     assert result.returncode == 2 and "FACTORY_STALE_AFTER" in result.stderr
+
+
+# What the everyday commands must not import (issue 35): each costs a large part of a second
+# before the command does anything, and none of them is needed to list or show jobs.
+HEAVY = ("alembic", "numpy", "torch", "celery", "av", "PIL", "redis", "diffusers", "boto3")
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["jobs"], ["status", "imports.v00"]])
+def test_the_everyday_commands_import_nothing_heavy(
+    embedded_env: dict[str, str], tmp_path: Path, argv: list[str]
+) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(manifest_text("imports", 1))
+    ok("submit", str(manifest), env=embedded_env)  # (a schema made: the check reads it)
+    probe = (
+        "import sys\n"
+        "from factory.cli.main import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        f"print('IMPORTED', [m for m in {HEAVY!r} if m in sys.modules])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], env={**os.environ, **embedded_env},
+        capture_output=True, text=True, cwd=conftest.REPO,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "IMPORTED []" in done.stdout, done.stdout.splitlines()[-1]

@@ -36,6 +36,30 @@ def test_upgrade_downgrade_upgrade(any_url: str):
     database.dispose()
 
 
+def test_the_schema_check_reads_what_alembic_says_without_importing_it(any_url: str):
+    """`current_revision` and `head_revision` (every command that opens the factory asks them)
+    answer as Alembic does, from the table and the migration files."""
+    from alembic.script import ScriptDirectory
+
+    assert (
+        migrate.head_revision() == ScriptDirectory(str(migrate.MIGRATIONS_DIR)).get_current_head()
+    )
+    database = Database(any_url)
+
+    def alembic_says() -> str | None:
+        with database.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    assert migrate.current_revision(database) is None and alembic_says() is None
+    for revision in ("0003", "head", "0006"):
+        if revision == "0006":
+            migrate.downgrade(database, revision)
+        else:
+            migrate.upgrade(database, revision)
+        assert migrate.current_revision(database) == alembic_says() is not None
+    database.dispose()
+
+
 def test_migrations_match_the_models(any_url: str):
     """Autogenerate finds nothing to change: the history and factory/db/models.py agree."""
     database = Database(any_url)
