@@ -21,6 +21,10 @@ version 2); for each keyframe layout (`every-2s`, the default, and `segments`). 
   against version 1's (replaying the two joins makes past segments again: the ratio to
   expect is (segments + past segments) / segments), and the lossless frames against the
   current version's (all identical: a regeneration replays the joins).
+
+`--regeneration-only [--rounds 2]`: that cost alone against a baseline in the same run, a
+twin video without redos regenerated in turns with the redone one (steadier on a busy
+machine than against version 1, made minutes before).
 """
 
 from __future__ import annotations
@@ -232,6 +236,41 @@ def report(r: dict) -> None:
                   + f"; outside the redone and joined segments {kept[0]}/{kept[1]}")  # fmt: skip
 
 
+def regeneration_ab(args: argparse.Namespace) -> None:
+    """The cost of replaying joins against a baseline in the same run: two videos of one spec,
+    `long` redone twice (joined ranges) and `twin` never; then, in turns (twin, long, twin,
+    long, ...), `requeue --from generate` of each: the seconds their segments took, and
+    long's / twin's per round (the machine's load drifts alike for both in a round)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        home = Path(scratch) / "home"
+        blank = ("FACTORY_DATABASE_URL", "FACTORY_BROKER_URL", "FACTORY_STORE_URL",
+                 "FACTORY_REDIS_URL")  # fmt: skip
+        env = {**os.environ, "FACTORY_HOME": str(home)} | dict.fromkeys(blank, "")
+        manifest = Path(scratch) / "m.yaml"
+        manifest.write_text(
+            f"batch: bench\ndefaults: {{duration: {args.duration:g}, fps: 16, "
+            f"resolution: {args.resolution}, segment: {{frames: 48, overlap: 8}}, "
+            "renditions: [mobile]}\nvideos:\n"
+            "  - {id: long, prompt: 'a harbor at dawn, boats, gulls, slow pan'}\n"
+            "  - {id: twin, prompt: 'a harbor at dawn, boats, gulls, slow pan'}\n"
+        )
+        factory("run", str(manifest), env=env)
+        for number, text_range in enumerate((args.range, args.second_range), start=2):
+            factory("redo", "bench.long", "--range", text_range, "--seed", str(number), env=env)
+        print(f"\n== replaying joins: requeue --from generate, {args.duration:g} s at "
+              f"{args.resolution}, long (two joined redos) against twin (none)")  # fmt: skip
+        for round_ in range(1, args.rounds + 1):
+            seconds = {}
+            for name in ("twin", "long"):
+                factory("requeue", f"bench.{name}", "--from", "generate", env=env)
+                factory("run", str(manifest), env=env)
+                made = json.loads(factory("status", f"bench.{name}", "--json", env=env)[1].stdout)
+                seconds[name] = segment_seconds(made)
+            long, twin = seconds["long"], seconds["twin"]
+            print(f"round {round_}: segments long {long:.1f} s / twin {twin:.1f} s: "
+                  f"ratio {long / twin:.3f}")  # fmt: skip
+
+
 def report_regeneration(r: dict) -> None:
     g = r["regeneration"]
     print(f"\n== gc, then requeue --from generate after both joined redos (version {g['version']})")
@@ -252,7 +291,16 @@ def main() -> None:
     parser.add_argument("--second-range", default="53-58")
     parser.add_argument("--resolution", default="640x360")
     parser.add_argument("--keyframes", choices=("every-2s", "segments", "both"), default="both")
+    parser.add_argument(
+        "--regeneration-only",
+        action="store_true",
+        help="only the cost of replaying joins, against a twin without redos",
+    )
+    parser.add_argument("--rounds", type=int, default=2)
     args = parser.parse_args()
+    if args.regeneration_only:
+        regeneration_ab(args)
+        return
     layouts = ("every-2s", "segments") if args.keyframes == "both" else (args.keyframes,)
     results = [run_layout(args, layout) for layout in layouts]
     for result in results:
