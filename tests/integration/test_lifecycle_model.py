@@ -34,7 +34,11 @@ Budget: a fixed seed (derandomize) and a few examples of a few steps each: 193 s
 three tests on the 2-core machine with other work beside them. For a release check, more:
 
     FACTORY_MODEL_TEST_EXAMPLES=60 FACTORY_MODEL_TEST_STEPS=25 scripts/test \\
-        tests/integration/test_lifecycle_model.py      # estimated 40+ minutes, not yet timed
+        tests/integration/test_lifecycle_model.py
+
+Timed 2026-12-05 (after issue 32's join replay), beside two full test suites and the demo:
+84 min for the three; the two embedded tests passed; the HTTP one was stopped by pytest's
+600 s per-test limit, which a release budget now lifts (pytestmark below).
 
 (FACTORY_MODEL_TEST_RANDOM=1 draws a new seed each run; Hypothesis prints it on a failure.)
 """
@@ -104,6 +108,8 @@ SPEC = (
 EXAMPLES = int(os.environ.get("FACTORY_MODEL_TEST_EXAMPLES") or 0)
 STEPS = int(os.environ.get("FACTORY_MODEL_TEST_STEPS") or 0)
 RANDOM = os.environ.get("FACTORY_MODEL_TEST_RANDOM") == "1"
+# A release budget runs for tens of minutes: pytest's per-test limit (600 s) would stop it.
+pytestmark = [pytest.mark.timeout(0)] if EXAMPLES or STEPS else []
 VERBOSE = os.environ.get("FACTORY_MODEL_TEST_VERBOSE") == "1"  # every example's steps
 
 
