@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import shutil
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -240,7 +239,6 @@ def test_the_model_catches_a_wrong_order() -> None:
         cluster.apply([gpu], "gpu-worker")
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_kustomize_renders_what_the_model_renders() -> None:
     """The same images and objects from kubectl's own kustomize, where it is installed."""
     done = subprocess.run(["kubectl", "kustomize", str(K8S)], capture_output=True, text=True,
