@@ -42,6 +42,9 @@ PLAIN_MANIFEST = (
 )
 
 
+ROLES = ("viewer", "operator", "admin")
+
+
 @dataclass
 class Site:
     base: str
@@ -102,9 +105,14 @@ def make_site(home: Path, database_url: str, extra_env: dict[str, str] | None = 
     assert "wait for review" in made.stdout
     made = run_cli("run", str(home / "plain.yaml"), env=env, timeout=600)
     assert made.returncode == 0, made.stdout + made.stderr
+    return serve_site(env, home, "test")
+
+
+def serve_site(env: dict[str, str], home: Path, name: str, roles: tuple[str, ...] = ROLES) -> Site:
+    """A `factory serve` on ``home`` with a token per role (named ``name-role``)."""
     site = Site("", env, home)
-    for role in ("viewer", "operator", "admin"):
-        created = run_cli("token", "create", f"test-{role}", "--role", role, env=env)
+    for role in roles:
+        created = run_cli("token", "create", f"{name}-{role}", "--role", role, env=env)
         assert created.returncode == 0, created.stderr
         site.tokens[role] = created.stdout.strip()
     site.base, site.process = start_server(env, home)

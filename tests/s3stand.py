@@ -37,12 +37,16 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def wait_port(port: int, timeout: float = 15) -> None:
+def wait_port(port: int, timeout: float = 15, process: subprocess.Popen | None = None) -> None:
+    """Until something listens on the port; ``process`` (what should) must not exit first."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         with socket.socket() as sock:
             if sock.connect_ex(("127.0.0.1", port)) == 0:
                 return
+        if process is not None and process.poll() is not None:
+            said = process.stderr.read().decode() if process.stderr else ""
+            raise RuntimeError(f"{process.args[0]} exited before it listened: {said}")
         time.sleep(0.05)
     raise RuntimeError(f"nothing listens on 127.0.0.1:{port} after {timeout} s")
 

@@ -18,7 +18,6 @@ import socket
 import ssl
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import kubernetes_validate
@@ -27,6 +26,7 @@ import yaml
 
 from factory.console_settings import parse as parse_console_settings
 from tests.conftest import REPO
+from tests.s3stand import wait_port
 
 DOCKER = REPO / "docker"
 K8S = DOCKER / "k8s"
@@ -830,14 +830,7 @@ def test_the_gateway_serves_the_console_over_server_tls(
     assert checked.returncode == 0, checked.stderr
     server = subprocess.Popen([*nginx, "-g", "daemon off;"], stderr=subprocess.PIPE)
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, server.stderr.read().decode()
-            assert time.monotonic() < deadline, "the gateway does not listen"
-            time.sleep(0.05)
+        wait_port(port, timeout=10, process=server)
         tls = ssl.create_default_context(cafile=str(gateway_certs / "ca.pem"))  # no client pair
         for path in ("/api/v1/batches?limit=5", "/media/j1/final.mp4", "/"):
             conn = http.client.HTTPSConnection("127.0.0.1", port, context=tls, timeout=10)

@@ -27,6 +27,7 @@ import yaml
 from factory.config import Settings
 from factory.errors import FactoryError
 from tests.conftest import REPO
+from tests.s3stand import wait_port
 
 SCRIPTS = REPO / "scripts"
 SYSTEMD = REPO / "docker" / "systemd"
@@ -330,14 +331,7 @@ def test_renew_crl_runs_from_cron_and_the_gateway_takes_the_new_crl(tmp_path: Pa
     server = subprocess.Popen([nginx, "-e", str(tmp_path / "error.log"), "-c", str(conf),
                                "-g", "daemon off;"], stderr=subprocess.PIPE)  # fmt: skip
     try:
-        deadline = time.monotonic() + 10
-        while True:
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            assert server.poll() is None, server.stderr.read().decode()
-            assert time.monotonic() < deadline, "the gateway does not listen"
-            time.sleep(0.05)
+        wait_port(port, timeout=10, process=server)
         assert _client_status(port, certs) == (403, "FAILED:CRL has expired")
         env_file = _write_env(tmp_path / "factory.env", {
             "FACTORY_CA_DIR": str(ca), "FACTORY_PKI_DIR": str(certs),

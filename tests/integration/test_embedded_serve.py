@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.conftest import embedded_env, run_cli
-from tests.console_site import Site, settled, start_server, stop_site
+from tests.conftest import embedded_env
+from tests.console_site import Site, serve_site, settled, stop_site
 from tests.integration.test_console_api import signed_in
 
 TINY = ("defaults: {duration: 2, fps: 12, resolution: 160x96, segment: {frames: 16, overlap: 4},"
@@ -19,13 +19,7 @@ TINY = ("defaults: {duration: 2, fps: 12, resolution: 160x96, segment: {frames: 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[Site]:
     home = tmp_path_factory.mktemp("embedded")
-    env = embedded_env(home)
-    made = Site("", env, home)
-    for role in ("viewer", "operator"):
-        created = run_cli("token", "create", f"embedded-{role}", "--role", role, env=env)
-        assert created.returncode == 0, created.stderr
-        made.tokens[role] = created.stdout.strip()
-    made.base, made.process = start_server(env, home)
+    made = serve_site(embedded_env(home), home, "embedded", ("viewer", "operator"))
     yield made
     stop_site(made)
 

@@ -80,6 +80,18 @@ def _current(ops: Operations) -> int:
     return _view(ops)["version"]
 
 
+def _lossless(ops: Operations) -> list:
+    """The current segments' lossless frames, in order."""
+    from factory.media.intermediate import read_frames
+
+    store = _store(ops)
+    made = ops.job_view("ver.clip").segments
+    return [
+        read_frames(store / keys.segment("ver", "clip", i, r.attempt), 160, 96)
+        for i, r in sorted(made.items())
+    ]
+
+
 @pytest.mark.parametrize("start", ["deliver", "qc", "mux", "encode"])
 def test_a_requeue_after_a_redo_delivers_a_new_version_and_keeps_v1_and_v2(
     tmp_path: Path, start: str
@@ -241,24 +253,14 @@ def test_a_plain_requeue_starts_the_interruption_count_again(tmp_path: Path) -> 
 def test_a_requeue_from_generate_after_a_joined_redo_makes_the_same_frames(
     tmp_path: Path,
 ) -> None:
-    from factory.media.intermediate import read_frames
-
     ops = _delivered(tmp_path)
     _redo(ops)  # segments 0-1 made again, joined into segment 2
 
-    def lossless() -> list:
-        store = _store(ops)
-        made = ops.job_view("ver.clip").segments
-        return [
-            read_frames(store / keys.segment("ver", "clip", i, r.attempt), 160, 96)
-            for i, r in sorted(made.items())
-        ]
-
-    v2 = lossless()
+    v2 = _lossless(ops)
     ops.requeue("ver.clip", from_stage=Stage.GENERATE, actor="test:carol")
     ops.run_here("ver.clip", "requeue")
     assert _current(ops) == 3
-    v3 = lossless()
+    v3 = _lossless(ops)
     for index, (before, after) in enumerate(zip(v2, v3, strict=True)):
         assert (before == after).all(), f"segment {index} differs from the current version's"
 
@@ -267,8 +269,6 @@ def test_a_regeneration_after_gc_replays_joins_into_joined_segments(tmp_path: Pa
     """Two joined redos, the second joined into a segment the first made: making the video
     again from nothing makes each segment's past again (segment 2 as the first run made it,
     segment 1 as the first redo made it), not the same frames with today's seeds."""
-    from factory.media.intermediate import read_frames
-
     ops = _delivered(tmp_path)
     ops.redo("ver.clip", range_text="0:02-0:03", actor="test:bob", seed=31)  # 1, into 2
     ops.run_here("ver.clip", "redo")
@@ -276,21 +276,13 @@ def test_a_regeneration_after_gc_replays_joins_into_joined_segments(tmp_path: Pa
     ops.run_here("ver.clip", "redo")
     assert _current(ops) == 3
 
-    def lossless() -> list:
-        store = _store(ops)
-        made = ops.job_view("ver.clip").segments
-        return [
-            read_frames(store / keys.segment("ver", "clip", i, r.attempt), 160, 96)
-            for i, r in sorted(made.items())
-        ]
-
-    v3 = lossless()
+    v3 = _lossless(ops)
     gone = run_cli_here("gc", "--older-than", "0", env=home_env(tmp_path / "home"))
     assert gone.returncode == 0, gone.stdout + gone.stderr
     ops.requeue("ver.clip", from_stage=Stage.GENERATE, actor="test:carol")
     ops.run_here("ver.clip", "requeue")
     assert _current(ops) == 4
-    for index, (before, after) in enumerate(zip(v3, lossless(), strict=True)):
+    for index, (before, after) in enumerate(zip(v3, _lossless(ops), strict=True)):
         assert (before == after).all(), f"segment {index} differs from the current version's"
     made_again = [
         tuple(made)

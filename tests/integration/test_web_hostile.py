@@ -20,8 +20,8 @@ from factory.console_settings import parse as parse_console_settings
 from factory.errors import ConfigError
 from factory.web.auth import WINDOW_SECONDS, SignInLimiter
 from factory.web.guard import MAX_STREAMS
-from tests.conftest import embedded_env, run_cli
-from tests.console_site import Site, start_server, stop_site
+from tests.conftest import embedded_env
+from tests.console_site import Site, serve_site, stop_site
 
 EVIL = "https://evil.example"
 MiB = 1 << 20
@@ -30,13 +30,7 @@ MiB = 1 << 20
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Iterator[Site]:
     home = tmp_path_factory.mktemp("hostile")
-    env = embedded_env(home)
-    made = Site("", env, home)
-    for role in ("viewer", "operator", "admin"):
-        created = run_cli("token", "create", f"hostile-{role}", "--role", role, env=env)
-        assert created.returncode == 0, created.stderr
-        made.tokens[role] = created.stdout.strip()
-    made.base, made.process = start_server(env, home)
+    made = serve_site(embedded_env(home), home, "hostile")
     yield made
     stop_site(made)
 
