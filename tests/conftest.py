@@ -8,26 +8,49 @@ from __future__ import annotations
 
 import contextlib
 import io
+import logging
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import psycopg2
-import pytest
-import redis
+# Two pytest workers on two cores: each worker's torch (and the processes it starts) takes
+# its share of the cores instead of all of them, which oversubscribes and slows both.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    for _name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(_name, str(max(1, (os.cpu_count() or 1) // _WORKERS)))
 
-from factory.db import migrate
-from factory.db.session import Database
-from factory.db.state import JobStateMachine
+import psycopg2  # noqa: E402
+import pytest  # noqa: E402
+import redis  # noqa: E402
+
+from factory.db import migrate  # noqa: E402
+from factory.db.session import Database  # noqa: E402
+from factory.db.state import JobStateMachine  # noqa: E402
 
 PG_ADMIN_DSN = os.environ.get(
     "FACTORY_TEST_PG_ADMIN", "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 )
 PG_URL_BASE = os.environ.get("FACTORY_TEST_PG_URL", "postgresql+psycopg2://postgres@127.0.0.1:5432")
-REDIS_TEST_URL = os.environ.get("FACTORY_TEST_REDIS_URL", "redis://127.0.0.1:6379/13")
+
+
+def worker_redis(url: str) -> str:
+    """The Redis database of this pytest worker: pytest-xdist's worker N takes the database
+    2N below the one named (13 and 12 for worker 0 or a serial run, 11 and 10 for worker 1,
+    and so on), so parallel workers never flush each other's keys."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker.removeprefix("gw")) if worker.startswith("gw") else 0
+    base, _, db = url.rpartition("/")
+    number = int(db) - 2 * index
+    if number < 0:
+        raise RuntimeError(f"no Redis database left for pytest worker {worker} below {url}")
+    return f"{base}/{number}"
+
+
+REDIS_TEST_URL = worker_redis(os.environ.get("FACTORY_TEST_REDIS_URL", "redis://127.0.0.1:6379/13"))
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -43,12 +66,54 @@ def _admin() -> psycopg2.extensions.connection:
 GPU_NODE_MODEL_ROOTS = ("/gpu-only", "/gpu-nodes-only", "/gpu-node-only-models")
 
 
+# Which services a test needs, from the fixtures it uses (markers, pyproject.toml): `-m "not
+# celery"` leaves out the tests that start workers, `-m fast` is the inner loop.
+_SERVICE_FIXTURES = {
+    "postgres": {"pg_url", "pg_database_factory", "cluster", "own_servers"},
+    "redis": {"redis_url", "cluster", "own_servers"},
+    "celery": {"cluster", "own_servers"},
+    "s3": {"s3_stand", "bucket"},
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for marker, fixtures in _SERVICE_FIXTURES.items():
+            if used & fixtures:
+                item.add_marker(marker)
+        params = getattr(item, "callspec", None)
+        if params and "postgres" in params.params.values():
+            item.add_marker("postgres")  # any_url / migrated_db on PostgreSQL
+        if "browser" in used:
+            item.add_marker("browser")
+        if item.nodeid.startswith("tests/unit/"):
+            item.add_marker("fast")
+
+
+def session_folder(tmp_path_factory) -> Path:
+    """The temporary folder of the whole run: with pytest-xdist, the one above every worker's
+    own (what one worker builds there, the others find)."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Callable[[str], Path]:
+    """tiny_model(NAME): the tiny random model NAME (tests/tiny_models.py ALL_SAVERS), built
+    once for the whole run; a test that changes it copies it first."""
+    from tests.tiny_models import cached
+
+    root = session_folder(tmp_path_factory) / "tiny-models"
+    return lambda name: cached(name, root)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _tests_allow_their_temp_folders(tmp_path_factory) -> None:
     """The tests' operator allows file:// assets and model directories in the tests' own
     temporary folders (FACTORY_ASSET_ROOTS, FACTORY_MODEL_ROOTS; factory/confinement.py).
     Processes the tests start inherit it; tests of the confinement set their own."""
-    base = str(tmp_path_factory.getbasetemp())
+    base = str(session_folder(tmp_path_factory))
     os.environ["FACTORY_ASSET_ROOTS"] = base
     # and the folders that stand for model directories only GPU nodes mount (never created)
     os.environ["FACTORY_MODEL_ROOTS"] = ":".join([base, *GPU_NODE_MODEL_ROOTS])
@@ -165,15 +230,28 @@ def run_cli(*args: str, env: dict[str, str], timeout: float = 120) -> subprocess
     )
 
 
-def run_cli_here(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess:
+def run_cli_here(
+    *args: str, env: dict[str, str], timeout: float | None = None
+) -> subprocess.CompletedProcess:
     """`factory ARGS` through the same entry point (factory.cli.main) in this process: its
-    exit code, stdout and stderr, without a new interpreter's start (about 1.5 s) per call.
-    For loops over many inputs; run_cli stays the way to test what a user's process does."""
+    exit code, stdout and stderr, without a new interpreter's start and imports (one to three
+    seconds a call here) per call. For tests the process boundary is not about; run_cli stays
+    the way to test what a user's process does (kill, signals, concurrency, start-up, the
+    Celery app a process builds from its environment). ``timeout`` is pytest-timeout's here.
+
+    As a process would: the environment is ``env`` over this one's and put back after, the
+    working folder is the repository, stdin is empty, and the root logger is restored (the
+    CLI points it at its stderr)."""
     from factory.cli.main import main
 
-    saved = dict(os.environ)
+    del timeout
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    root = logging.getLogger()
+    saved_handlers, saved_level = root.handlers[:], root.level
     stdout, stderr = io.StringIO(), io.StringIO()
     os.environ.update(env)
+    os.chdir(REPO)
+    saved_stdin, sys.stdin = sys.stdin, io.StringIO("")
     try:
         with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
             try:
@@ -182,8 +260,11 @@ def run_cli_here(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess
             except SystemExit as exc:
                 code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     finally:
+        sys.stdin = saved_stdin
+        os.chdir(saved_cwd)
+        root.handlers[:], root.level = saved_handlers, saved_level
         os.environ.clear()
-        os.environ.update(saved)
+        os.environ.update(saved_env)
     return subprocess.CompletedProcess(
         ["factory", *args], code, stdout.getvalue(), stderr.getvalue()
     )

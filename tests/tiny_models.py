@@ -4,6 +4,7 @@ ever downloaded: the tokenizer is a SentencePiece model trained here on a few se
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -230,6 +231,26 @@ LATENT_SAVERS = {
     "anyflow-far": save_anyflow_far,
     "anyflow-far-window13": lambda folder: save_anyflow_far(folder, window=13),
 }
+
+
+ALL_SAVERS = {**SAVERS, **LATENT_SAVERS}
+
+
+def cached(name: str, root: Path) -> Path:
+    """The tiny model NAME (a key of ALL_SAVERS), built once under ROOT and shared by every
+    test and pytest worker of the session (a file lock makes the others wait for the first).
+    Tests that change a model change a copy of it."""
+    import fcntl
+
+    root.mkdir(parents=True, exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            ALL_SAVERS[name](folder)
+            done.touch()
+    return folder
 
 
 PIPELINES = {

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 from tests.conftest import REPO, embedded_env, manifest_text, run_cli
+from tests.integration.cluster import BROKER
 
 
 def embedded(tmp_path: Path) -> dict[str, str]:
@@ -21,7 +22,7 @@ def test_workers_need_a_broker(tmp_path: Path):
 
 
 def test_worker_needs_exactly_one_kind(tmp_path: Path):
-    env = {**embedded(tmp_path), "FACTORY_BROKER_URL": "redis://127.0.0.1:6379/12"}
+    env = {**embedded(tmp_path), "FACTORY_BROKER_URL": BROKER}
     result = run_cli("worker", "--gpu", "0", "--cpu", env=env)
     assert result.returncode == 2
     assert "exactly one of --gpu N, --gpus auto or --cpu" in result.stderr
@@ -38,7 +39,7 @@ def _worker(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
 def test_a_gpu_worker_never_asks_for_a_gpu_it_cannot_see(tmp_path: Path):
     """--gpu N is this process's view: CUDA_VISIBLE_DEVICES=0 (set by a unit, a scheduler or
     a runtime) has one GPU, and a container given one card sees it as GPU 0 (nvidia-smi)."""
-    env = {**embedded(tmp_path), "FACTORY_BROKER_URL": "redis://127.0.0.1:6379/12"}
+    env = {**embedded(tmp_path), "FACTORY_BROKER_URL": BROKER}
     refused = _worker({**env, "CUDA_VISIBLE_DEVICES": "0"}, "--gpu", "1")
     assert refused.returncode == 2, refused.stderr
     assert "--gpu 1: GPU 1 is not visible here" in refused.stderr
@@ -53,7 +54,7 @@ def test_a_gpu_worker_never_asks_for_a_gpu_it_cannot_see(tmp_path: Path):
 
 
 def test_a_gpu_worker_without_a_gpu_runs_on_the_cpu_only_when_told(tmp_path: Path):
-    env = {**embedded(tmp_path), "FACTORY_BROKER_URL": "redis://127.0.0.1:6379/12",
+    env = {**embedded(tmp_path), "FACTORY_BROKER_URL": BROKER,
            "FACTORY_NVIDIA_SMI": str(tmp_path / "absent")}  # fmt: skip
     refused = _worker(env, "--gpu", "0")
     assert refused.returncode == 2, refused.stderr
@@ -70,7 +71,7 @@ def test_a_gpu_worker_without_a_gpu_runs_on_the_cpu_only_when_told(tmp_path: Pat
 def test_flower_refuses_to_start_without_auth(tmp_path: Path):
     env = {
         **embedded(tmp_path),
-        "FACTORY_BROKER_URL": "redis://127.0.0.1:6379/12",
+        "FACTORY_BROKER_URL": BROKER,
         "FACTORY_FLOWER_BASIC_AUTH": "",
     }
     result = run_cli("flower", env=env)

@@ -1,5 +1,6 @@
 """A real factory cluster for tests: `factory worker` / `beat` subprocesses (real Celery) on the
-real Redis (broker database 12) and a fresh PostgreSQL database."""
+real Redis (broker database 12, or this pytest worker's, tests/conftest.py) and a fresh
+PostgreSQL database; or on servers of the test's own (tests/services.py)."""
 
 from __future__ import annotations
 
@@ -20,15 +21,16 @@ from factory.config import Settings
 from factory.db import migrate
 from factory.db.session import Database
 from factory.db.state import Job
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli, worker_redis
 
-BROKER = os.environ.get("FACTORY_TEST_BROKER_URL", "redis://127.0.0.1:6379/12")
+BROKER = worker_redis(os.environ.get("FACTORY_TEST_BROKER_URL", "redis://127.0.0.1:6379/12"))
 
 
 @dataclass
 class Cluster:
     home: Path
     database_url: str
+    broker: str = BROKER
     processes: dict[str, subprocess.Popen] = field(default_factory=dict)
     env_overrides: dict[str, str] = field(default_factory=dict)
 
@@ -37,8 +39,8 @@ class Cluster:
         return {
             "FACTORY_HOME": str(self.home),
             "FACTORY_DATABASE_URL": self.database_url,
-            "FACTORY_BROKER_URL": BROKER,
-            "FACTORY_REDIS_URL": BROKER,
+            "FACTORY_BROKER_URL": self.broker,
+            "FACTORY_REDIS_URL": self.broker,
             "FACTORY_STORE_URL": (self.home / "store").as_uri(),
             "FACTORY_STALE_AFTER": "4",
             "FACTORY_SWEEP_EVERY": "1",
@@ -75,7 +77,6 @@ class Cluster:
         self.wait_for_workers(gpus + (1 if cpu else 0))
 
     def wait_for_workers(self, count: int, timeout: float = 60) -> None:
-        conn = redis.Redis.from_url(BROKER)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             ready = sum(
@@ -86,7 +87,7 @@ class Cluster:
             if ready >= count:
                 return
             time.sleep(0.2)
-        raise AssertionError(f"workers not ready: {conn}")
+        raise AssertionError(f"workers not ready\n{self.logs()}")
 
     def children(self, name: str) -> list[int]:
         out = subprocess.run(
@@ -150,14 +151,14 @@ def output_digests(store_root: Path, job: Job) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(out.glob("*"))}
 
 
-def new_cluster(tmp_path: Path, database_url: str) -> Cluster:
-    redis.Redis.from_url(BROKER).flushdb()
+def new_cluster(tmp_path: Path, database_url: str, broker: str = BROKER) -> Cluster:
+    redis.Redis.from_url(broker).flushdb()
     database = Database(database_url)
     migrate.upgrade(database)
     database.dispose()
     home = tmp_path / "home"
     home.mkdir()
-    return Cluster(home, database_url)
+    return Cluster(home, database_url, broker)
 
 
 def manifest(

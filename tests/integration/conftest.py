@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from tests.integration.cluster import BROKER, Cluster, new_cluster
+from tests.integration.cluster import Cluster, new_cluster
 
 
 @pytest.fixture
@@ -18,7 +18,7 @@ def cluster(tmp_path: Path, pg_url: str) -> Iterator[Cluster]:
     made = new_cluster(tmp_path, pg_url)
     yield made
     made.stop()
-    redis.Redis.from_url(BROKER).flushdb()
+    redis.Redis.from_url(made.broker).flushdb()
 
 
 @pytest.fixture

@@ -11,15 +11,46 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 import redis
 import requests
 
 from factory.db.state import JobStateMachine
 from factory.stages import Stage
 from tests.conftest import REPO, embedded_env, run_cli
-from tests.integration.cluster import BROKER, Cluster, manifest, output_digests
+from tests.integration.cluster import BROKER, Cluster, manifest, new_cluster, output_digests
+from tests.s3stand import free_port
+from tests.services import PrivatePostgres, PrivateRedis, start_postgres, start_redis
+
+
+@dataclass
+class OwnServers:
+    """A cluster on a PostgreSQL and a Redis of its own, which the test may take down."""
+
+    cluster: Cluster
+    postgres: PrivatePostgres
+    redis: PrivateRedis
+
+
+@pytest.fixture
+def own_servers(tmp_path: Path) -> Iterator[OwnServers]:
+    postgres = start_postgres()
+    broker = None
+    made = None
+    try:
+        broker = start_redis(tmp_path / "redis")
+        made = new_cluster(tmp_path, postgres.url(), broker.url())
+        yield OwnServers(made, postgres, broker)
+    finally:
+        if made:
+            made.stop()
+        if broker:
+            broker.stop()
+        postgres.stop()
 
 
 def test_a_batch_over_two_gpu_workers_and_a_cpu_worker(cluster: Cluster, tmp_path: Path):
@@ -126,28 +157,25 @@ def test_two_sweepers_claim_each_stale_job_once(cluster: Cluster, tmp_path: Path
     assert "resumed 0" in third.stdout, third.stdout
 
 
-def test_redis_flushall_mid_batch_loses_no_job(cluster: Cluster, tmp_path: Path):
+def test_redis_flushall_mid_batch_loses_no_job(own_servers: OwnServers, tmp_path: Path):
+    cluster = own_servers.cluster
     path = manifest(tmp_path / "m.yaml", "flush", videos=3, seconds_per_segment=0.3, duration=8)
     cluster.start_workers(gpus=2)
     ids = cluster.submit(path)
     cluster.wait_segments(ids[0], 3)
-    redis.Redis.from_url(BROKER).flushall()
+    redis.Redis.from_url(own_servers.redis.url()).flushall()
     jobs = cluster.wait_done(ids)
     errors = [(j.job_id, j.last_error) for j in jobs if j.stage is not Stage.DONE]
     assert [j.stage for j in jobs] == [Stage.DONE] * 3, f"{errors}\n{cluster.logs()}"
 
 
-def test_a_postgres_restart_mid_batch_loses_no_job(cluster: Cluster, tmp_path: Path):
+def test_a_postgres_restart_mid_batch_loses_no_job(own_servers: OwnServers, tmp_path: Path):
+    cluster = own_servers.cluster
     path = manifest(tmp_path / "m.yaml", "pgdown", videos=2, seconds_per_segment=0.3, duration=8)
     cluster.start_workers(gpus=2)
     ids = cluster.submit(path)
     cluster.wait_segments(ids[0], 2)
-    version = sorted(os.listdir("/etc/postgresql"))[-1]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", version, "main", "restart"],
-        check=True,
-        timeout=120,
-    )
+    own_servers.postgres.restart()
     jobs = cluster.wait_done(ids, timeout=300)
     assert [j.stage for j in jobs] == [Stage.DONE] * 2, cluster.logs()
 
@@ -157,14 +185,15 @@ def test_flower_answers_and_lists_the_workers_with_its_password_nowhere_in_sight
 ):
     cluster.start_workers(gpus=1, cpu=True, beat=False)
     password = "flower-" + uuid.uuid4().hex
-    flower = cluster.start("flower", "flower", "--port", "5599",
+    port = free_port()
+    flower = cluster.start("flower", "flower", "--port", str(port),
                            extra_env={"FACTORY_FLOWER_BASIC_AUTH": f"ops:{password}"})  # fmt: skip
     deadline = time.monotonic() + 60
     names: set[str] = set()
     while time.monotonic() < deadline and len(names) < 2:
         try:
             answer = requests.get(
-                "http://127.0.0.1:5599/api/workers?refresh=1", auth=("ops", password), timeout=10
+                f"http://127.0.0.1:{port}/api/workers?refresh=1", auth=("ops", password), timeout=10
             )
             if answer.ok:
                 names = set(answer.json())
@@ -173,54 +202,28 @@ def test_flower_answers_and_lists_the_workers_with_its_password_nowhere_in_sight
         time.sleep(1)
     host = socket.gethostname()
     assert {f"gpu0@{host}", f"cpu@{host}"} <= names, cluster.logs()
-    refused = requests.get("http://127.0.0.1:5599/api/workers", timeout=10)
+    refused = requests.get(f"http://127.0.0.1:{port}/api/workers", timeout=10)
     assert refused.status_code == 401
-    wrong = requests.get("http://127.0.0.1:5599/api/workers", auth=("ops", "guess"), timeout=10)
+    wrong = requests.get(f"http://127.0.0.1:{port}/api/workers", auth=("ops", "guess"), timeout=10)
     assert wrong.status_code == 401
     # `factory flower` execs Flower in place: the same pid, and its children if any
     cmdline = Path(f"/proc/{flower.pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
-    assert "flower" in cmdline and "--port=5599" in cmdline
+    assert "flower" in cmdline and f"--port={port}" in cmdline
     for pid in cluster.children("flower"):
         cmdline += Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
     assert password not in cmdline and "basic-auth" not in cmdline
     assert password not in (cluster.home / "flower.log").read_text(errors="replace")
 
 
-def test_a_redis_restart_mid_batch_loses_no_job(cluster: Cluster, tmp_path: Path):
+def test_a_redis_restart_mid_batch_loses_no_job(own_servers: OwnServers, tmp_path: Path):
+    cluster = own_servers.cluster
     path = manifest(tmp_path / "m.yaml", "rrestart", videos=2, seconds_per_segment=0.3, duration=8)
     cluster.start_workers(gpus=2)
     ids = cluster.submit(path)
     cluster.wait_segments(ids[0], 2)
-    subprocess.run(
-        ["redis-cli", "-h", "127.0.0.1", "-p", "6379", "shutdown", "nosave"],
-        capture_output=True,
-        timeout=30,
-    )
+    own_servers.redis.stop()  # killed: nothing saved, every connection cut
     time.sleep(1)
-    for folder in ("/var/lib/redis", "/var/log/redis"):
-        os.makedirs(folder, exist_ok=True)
-    subprocess.run(
-        [
-            "redis-server",
-            "--daemonize",
-            "yes",
-            "--bind",
-            "127.0.0.1",
-            "-::1",
-            "--port",
-            "6379",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            "/var/lib/redis",
-            "--logfile",
-            "/var/log/redis/ci.log",
-        ],
-        check=True,
-        timeout=30,
-    )
+    own_servers.redis.start()  # back on the same port, empty
     jobs = cluster.wait_done(ids, timeout=300)
     assert [j.stage for j in jobs] == [Stage.DONE] * 2, cluster.logs()
 

@@ -12,6 +12,8 @@ from factory.db.models import metadata
 from factory.db.session import Database
 from factory.errors import SchemaNotReady
 
+pytestmark = pytest.mark.fast  # in-process, seconds: part of `scripts/test --fast`
+
 TABLES = {"batches", "jobs", "job_events", "job_segments", "prompt_embeddings", "gpu_nodes",
           "api_tokens", "console_sessions", "job_versions"}  # fmt: skip
 

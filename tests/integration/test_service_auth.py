@@ -9,84 +9,38 @@ made with initdb and scram-sha-256 authentication."""
 from __future__ import annotations
 
 import contextlib
-import glob
-import os
 import secrets
-import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 from tests.conftest import run_cli
 from tests.integration.cluster import manifest, new_cluster
-from tests.s3stand import free_port
-
-
-def _as_postgres(argv: list[str]) -> list[str]:
-    return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+from tests.services import new_password, start_postgres, start_redis
 
 
 @pytest.fixture(scope="module")
 def redis_with_password(tmp_path_factory) -> Iterator[tuple[int, str]]:
-    root = tmp_path_factory.mktemp("redis-auth")
-    password = "rpw-" + secrets.token_urlsafe(18)
-    port = free_port()
-    conf = root / "redis.conf"
-    conf.write_text(f'port {port}\nbind 127.0.0.1\nrequirepass {password}\nsave ""\n'
-                    f"appendonly no\ndir {root}\n")  # fmt: skip
-    conf.chmod(0o600)
-    server = subprocess.Popen(["redis-server", str(conf)], stdout=subprocess.DEVNULL)
-    client = redis.Redis(port=port, password=password)
-    for _ in range(100):
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            time.sleep(0.1)
-    yield port, password
-    server.terminate()
-    server.wait(timeout=30)
+    server = start_redis(tmp_path_factory.mktemp("redis-auth"), new_password("rpw"))
+    yield server.port, server.password
+    server.stop()
 
 
 @pytest.fixture(scope="module")
 def postgres_with_password() -> Iterator[tuple[int, str]]:
     """A PostgreSQL cluster of its own with scram-sha-256 for every connection; yields its
     port and the password of role `factory`, which owns database `factory`."""
-    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(p.split("/")[4]))
-    if not bins:
-        pytest.fail("PostgreSQL's server binaries are not installed", pytrace=False)
-    bin_dir = Path(bins[-1])
-    root = Path(subprocess.run(["mktemp", "-d", "/tmp/pg-auth-XXXXXX"], capture_output=True,
-                               text=True, check=True).stdout.strip())  # fmt: skip
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres", "postgres")
-    admin, password = "admin-" + secrets.token_hex(8), "ppw-" + secrets.token_urlsafe(18)
-    pwfile = root / "pw"
-    pwfile.write_text(admin + "\n")
-    if os.geteuid() == 0:
-        shutil.chown(pwfile, "postgres", "postgres")
-    port = free_port()
-    subprocess.run(_as_postgres([str(bin_dir / "initdb"), "-D", str(root / "data"), "-U",
-                                 "postgres", "--auth=scram-sha-256", f"--pwfile={pwfile}"]),
-                   check=True, capture_output=True)  # fmt: skip
-    subprocess.run(_as_postgres([str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-w", "-l",
-                                 str(root / "log"), "-o",
-                                 f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"]),
-                   check=True, capture_output=True)  # fmt: skip
-    env = {**os.environ, "PGPASSWORD": admin}
-    for sql in (f"CREATE ROLE factory LOGIN PASSWORD '{password}'",
-                "CREATE DATABASE factory OWNER factory"):  # fmt: skip
-        subprocess.run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-d",
-                        "postgres", "-v", "ON_ERROR_STOP=1", "-c", sql],
-                       env=env, check=True, capture_output=True)  # fmt: skip
-    yield port, password
-    subprocess.run(_as_postgres([str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-m",
-                                 "immediate", "stop"]), capture_output=True)  # fmt: skip
-    shutil.rmtree(root, ignore_errors=True)
+    server = start_postgres(admin_password=new_password("admin"))
+    password = new_password("ppw")
+    try:
+        server.sql(f"CREATE ROLE factory LOGIN PASSWORD '{password}'")
+        server.sql("CREATE DATABASE factory OWNER factory")
+        yield server.port, password
+    finally:
+        server.stop()
 
 
 def _pg(port: int, password: str | None) -> str:

@@ -14,6 +14,8 @@ from factory.stages import PIPELINE, Stage
 from tests.conftest import manifest_text
 from tests.unit.test_stages import EXPECTED_LEGAL
 
+pytestmark = pytest.mark.fast  # in-process, seconds: part of `scripts/test --fast`
+
 
 def new_job(machine: JobStateMachine, batch: str) -> Job:
     manifest = parse_manifest(manifest_text(batch, videos=1))
