@@ -27,7 +27,7 @@ from factory.spec import ModelChoice
 from factory.store.assets import AssetCache
 from factory.store.file import FileStore
 from factory.submit import submit
-from tests.conftest import embedded_env, run_cli
+from tests.conftest import embedded_env, run_cli_here
 
 
 def _manifest(path: Path, extra: str, model: str = "procedural") -> Path:
@@ -46,7 +46,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 def test_a_file_asset_outside_the_allowed_roots_is_refused_at_validate(tmp_path: Path):
     secret = _manifest(tmp_path / "m.yaml", ", audio: {asset: 'file:///proc/self/environ'}")
-    done = run_cli("validate", str(secret), env=_env(tmp_path))
+    done = run_cli_here("validate", str(secret), env=_env(tmp_path))
     assert done.returncode == 2, done.stderr
     assert "videos[0].audio.asset" in done.stderr and "FACTORY_ASSET_ROOTS" in done.stderr
     allowed = tmp_path / "beds"
@@ -54,21 +54,21 @@ def test_a_file_asset_outside_the_allowed_roots_is_refused_at_validate(tmp_path:
     (allowed / "bed.ogg").write_bytes(b"OggS")
     (allowed / "escape.ogg").symlink_to("/etc/hostname")  # a link out of the root
     env = _env(tmp_path, FACTORY_ASSET_ROOTS=str(allowed))
-    still = run_cli("validate", str(secret), env=env)
+    still = run_cli_here("validate", str(secret), env=env)
     assert still.returncode == 2 and "outside the allowed asset folders" in still.stderr
     linked = _manifest(tmp_path / "l.yaml", f", audio: {{asset: 'file://{allowed}/escape.ogg'}}")
-    assert run_cli("validate", str(linked), env=env).returncode == 2
+    assert run_cli_here("validate", str(linked), env=env).returncode == 2
     inside = _manifest(tmp_path / "i.yaml", f", audio: {{asset: 'file://{allowed}/bed.ogg'}}")
-    assert run_cli("validate", str(inside), env=env).returncode == 0
-    submitted = run_cli("submit", str(secret), env=env)
+    assert run_cli_here("validate", str(inside), env=env).returncode == 0
+    submitted = run_cli_here("submit", str(secret), env=env)
     assert submitted.returncode == 2
-    assert run_cli("jobs", env=env).stdout.count("conf.v0") == 0  # nothing was created
+    assert run_cli_here("jobs", env=env).stdout.count("conf.v0") == 0  # nothing was created
 
 
 def test_a_model_directory_outside_the_allowed_roots_is_refused(tmp_path: Path):
     model = "{family: wan, path: /etc}"
     path = _manifest(tmp_path / "m.yaml", "", model=model)
-    done = run_cli("validate", str(path), env=_env(tmp_path))
+    done = run_cli_here("validate", str(path), env=_env(tmp_path))
     assert done.returncode == 2, done.stderr
     assert "videos[0].model.path" in done.stderr or "defaults.model.path" in done.stderr
     assert "FACTORY_MODEL_ROOTS" in done.stderr and "/models" in done.stderr
@@ -76,7 +76,7 @@ def test_a_model_directory_outside_the_allowed_roots_is_refused(tmp_path: Path):
 
 def test_a_bucket_that_is_not_allowed_is_refused_before_the_store_is_asked(tmp_path: Path):
     path = _manifest(tmp_path / "m.yaml", ", audio: {asset: 's3://other-team/beds/calm.ogg'}")
-    done = run_cli("validate", str(path), env=_env(tmp_path))
+    done = run_cli_here("validate", str(path), env=_env(tmp_path))
     assert done.returncode == 2, done.stderr
     assert "bucket 'other-team' is not allowed" in done.stderr
     assert "videos[0].audio.asset" in done.stderr
@@ -89,7 +89,7 @@ def test_the_asset_cache_is_private_whatever_the_source_mode(tmp_path: Path):
     source.chmod(0o600)
     path = _manifest(tmp_path / "m.yaml", f", audio: {{asset: '{source.as_uri()}'}}")
     env = _env(tmp_path, FACTORY_ASSET_ROOTS=str(source.parent))
-    done = run_cli("preload", str(path), env=env)
+    done = run_cli_here("preload", str(path), env=env)
     assert done.returncode == 0, done.stderr
     cache = tmp_path / "home" / "assets"
     objects = [p for p in (cache / "objects").iterdir() if p.is_file()]

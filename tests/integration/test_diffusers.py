@@ -20,7 +20,7 @@ from factory.pipeline.generate import generate_segment
 from factory.spec import ModelChoice
 from factory.store import keys
 from factory.submit import submit
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli_here
 from tests.integration.test_pipeline import home_env as plain_home_env
 from tests.integration.test_pipeline import in_process
 from tests.tiny_models import SAVERS
@@ -31,9 +31,8 @@ SHAPES = {"skyreels-v2-df": (17, 5), "wan": (17, 5), "ltx-video": (25, 9)}
 
 
 @pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("models")
-    return {family: save(root / family) for family, save in SAVERS.items()}
+def model_dirs(tiny_model) -> dict[str, Path]:
+    return {family: tiny_model(family) for family in SAVERS}
 
 
 # Random weights make noise-like pictures with no continuity from segment to segment: the
@@ -78,7 +77,7 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
     path = tmp_path / "m.yaml"
     path.write_text(manifest(model_dirs[family], family))
     env = home_env(tmp_path / "home")
-    done = run_cli("run", str(path), env=env, timeout=900)
+    done = run_cli_here("run", str(path), env=env, timeout=900)
     assert done.returncode == 0, done.stderr + done.stdout
     factory, _ = in_process(tmp_path / "home")
     job = factory.jobs.get("df.chain")
@@ -94,7 +93,7 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
     assert sorted(memory) == ["0", "1", "2", "3"]
     assert {m["device"] for m in memory.values()} == {"cpu"}
     assert all(m["peak_rss"] > 0 and m["oom_retries"] == 0 for m in memory.values())
-    report = json.loads(run_cli("gpu", "report", "--json", env=env).stdout)
+    report = json.loads(run_cli_here("gpu", "report", "--json", env=env).stdout)
     [row] = report["segments"]
     assert (row["family"], row["segments"], row["resolution"]) == (family, 4, "64x64")
     assert report["embedding_cache"]["entries"] == 2
@@ -129,7 +128,7 @@ def test_a_cache_hit_never_loads_or_calls_the_text_encoder(
     path = tmp_path / "m.yaml"
     path.write_text(manifest(model_dir, "wan"))
     env = home_env(tmp_path / "home")
-    first = run_cli("preload", str(path), env=env, timeout=300)
+    first = run_cli_here("preload", str(path), env=env, timeout=300)
     assert first.returncode == 0, first.stderr
     assert "2 prompts, 0 already cached, 2 encoded" in first.stdout
     # Without its weights the text encoder cannot load: generation must not need it.
@@ -141,9 +140,9 @@ def test_a_cache_hit_never_loads_or_calls_the_text_encoder(
     job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="a")
     job, _ = generate_segment(ctx, job, None)
     assert text_encoding.loads == loads_before
-    done = run_cli("run", str(path), env=env, timeout=600)
+    done = run_cli_here("run", str(path), env=env, timeout=600)
     assert done.returncode == 0, done.stderr + done.stdout
-    second = json.loads(run_cli("preload", str(path), "--json", env=env).stdout)
+    second = json.loads(run_cli_here("preload", str(path), "--json", env=env).stdout)
     embeddings = second["embeddings"]
     assert (embeddings["hits"], embeddings["misses"]) == (2, 0)
     assert embeddings["cache"]["hits"] == 3 and embeddings["cache"]["hit_rate"] > 0.5
@@ -160,7 +159,7 @@ def test_cached_embeddings_make_the_same_frames_as_direct_encoding(
         env = {**home_env(tmp_path / name), "FACTORY_EMBEDDING_CACHE": cache}
         path = tmp_path / f"{name}.yaml"
         path.write_text(manifest(model_dirs["skyreels-v2-df"]))
-        assert run_cli("run", str(path), env=env, timeout=600).returncode == 0
+        assert run_cli_here("run", str(path), env=env, timeout=600).returncode == 0
         digests.append(segment_digests(tmp_path / name, "df"))
     assert digests[0] == digests[1]
 
@@ -235,11 +234,11 @@ def test_memory_settings_reach_the_worker_and_are_recorded(
     }
     path = tmp_path / "m.yaml"
     path.write_text(manifest(model_dirs["skyreels-v2-df"]))
-    assert run_cli("run", str(path), env=env, timeout=600).returncode == 0
-    status = json.loads(run_cli("status", "df.chain", "--json", env=env).stdout)
+    assert run_cli_here("run", str(path), env=env, timeout=600).returncode == 0
+    status = json.loads(run_cli_here("status", "df.chain", "--json", env=env).stdout)
     recorded = status["segments_made"][0]["memory"]
     assert recorded["group_offload"] == "block" and recorded["vae_tiling"] is True
-    bad = run_cli("run", str(path), env={**env, "FACTORY_GROUP_OFFLOAD": "half"})
+    bad = run_cli_here("run", str(path), env={**env, "FACTORY_GROUP_OFFLOAD": "half"})
     assert bad.returncode == 2 and "FACTORY_GROUP_OFFLOAD" in bad.stderr
 
 
@@ -251,7 +250,7 @@ def test_gpu_plan_counts_weights_exactly_and_scales_with_resolution(
     env = home_env(tmp_path / "home")
 
     def planned(*extra: str) -> dict:
-        done = run_cli(
+        done = run_cli_here(
             "gpu", "plan", "--family", "wan", "--segment-frames", "33", "--json", *extra, env=env
         )
         assert done.returncode == 0, done.stderr
@@ -267,7 +266,7 @@ def test_gpu_plan_counts_weights_exactly_and_scales_with_resolution(
     assert 3.5 * 2**30 < released["bytes"] < 4.5 * 2**30  # Wan2.1-VACE 1.3B in bf16
     encoder = next(c for c in large["components"] if c["component"].startswith("text"))
     assert encoder["on_gpu"] is False  # the embedding cache keeps it off the GPU
-    bad = run_cli(
+    bad = run_cli_here(
         "gpu",
         "plan",
         "--family",
@@ -338,10 +337,10 @@ def test_a_missing_model_directory_is_a_clear_error(tmp_path: Path, model_dirs: 
     path = tmp_path / "m.yaml"
     path.write_text(manifest(broken, batch="broken"))
     env = home_env(tmp_path / "home")
-    refused = run_cli("run", str(path), env=env, timeout=300)
+    refused = run_cli_here("run", str(path), env=env, timeout=300)
     assert refused.returncode == 2, refused.stderr
     assert "videos[0].model.path: missing transformer" in refused.stderr
-    assert "no job" in run_cli("status", "broken.chain", env=env).stderr
+    assert "no job" in run_cli_here("status", "broken.chain", env=env).stderr
 
 
 def test_a_model_directory_not_visible_at_submit_is_checked_by_the_worker(tmp_path: Path):
@@ -349,10 +348,10 @@ def test_a_model_directory_not_visible_at_submit_is_checked_by_the_worker(tmp_pa
     path = tmp_path / "m.yaml"
     path.write_text(manifest(Path(elsewhere), batch="remote"))
     env = home_env(tmp_path / "home")
-    failed = run_cli("run", str(path), env=env, timeout=300)
+    failed = run_cli_here("run", str(path), env=env, timeout=300)
     assert "is not visible from this host" in failed.stderr
     assert failed.returncode == 1
-    status = " ".join(run_cli("status", "remote.chain", env=env).stdout.split())
+    status = " ".join(run_cli_here("status", "remote.chain", env=env).stdout.split())
     assert f"model directory {elsewhere} does not exist on this host" in status
     assert "failed (in generate)" in status
 
@@ -372,8 +371,8 @@ def test_a_poisoned_model_fails_the_job_instead_of_making_a_video(
     path = tmp_path / "m.yaml"
     path.write_text(manifest(poisoned, batch="nan"))
     env = home_env(tmp_path / "home")
-    assert run_cli("run", str(path), env=env, timeout=300).returncode == 1
-    status = run_cli("status", "nan.chain", env=env).stdout
+    assert run_cli_here("run", str(path), env=env, timeout=300).returncode == 1
+    status = run_cli_here("status", "nan.chain", env=env).stdout
     assert "BadOutput" in status and "NaN" in status and "failed (in generate)" in status
 
 
@@ -387,26 +386,26 @@ def test_a_redo_with_a_new_prompt_through_a_diffusers_family(
     path = tmp_path / "m.yaml"
     path.write_text(manifest(model_dirs["skyreels-v2-df"], batch="re"))
     env = home_env(tmp_path / "home")
-    assert run_cli("run", str(path), env=env, timeout=900).returncode == 0
+    assert run_cli_here("run", str(path), env=env, timeout=900).returncode == 0
     store = tmp_path / "home" / "store"
     factory, _ = in_process(tmp_path / "home")
     v1 = factory.jobs.segments("re.chain")
     before = {i: (store / keys.segment("re", "chain", i, r.attempt)).read_bytes()
               for i, r in v1.items()}  # fmt: skip
-    entries = json.loads(run_cli("gpu", "report", "--json", env=env).stdout)
+    entries = json.loads(run_cli_here("gpu", "report", "--json", env=env).stdout)
     assert entries["embedding_cache"]["entries"] == 2
 
-    plan = json.loads(run_cli("redo", "re.chain", "--range", "2.2-3.0", "--dry-run", "--json",
+    plan = json.loads(run_cli_here("redo", "re.chain", "--range", "2.2-3.0", "--dry-run", "--json",
                               env=env).stdout)  # fmt: skip
     assert (plan["segments"], plan["join"]) == ([1], 2)
     prompt = "a red lighthouse in a storm at night"
-    done = run_cli("redo", "re.chain", "--range", "2.2-3.0", "--prompt", prompt, env=env,
+    done = run_cli_here("redo", "re.chain", "--range", "2.2-3.0", "--prompt", prompt, env=env,
                    timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     job = factory.jobs.get("re.chain")
     assert job.version == 2
     assert job.progress["prompts"] == [[1, 2, prompt]]
-    report = json.loads(run_cli("gpu", "report", "--json", env=env).stdout)
+    report = json.loads(run_cli_here("gpu", "report", "--json", env=env).stdout)
     assert report["embedding_cache"]["entries"] == 3  # the new prompt, encoded once
     records = factory.jobs.segments("re.chain")
     assert records[1].attempt == records[2].attempt == job.attempt  # made again, joined

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from factory.app import Factory
 from factory.config import Settings
-from tests.conftest import embedded_env, run_cli
+from tests.conftest import embedded_env, run_cli_here
 
 
 def manifest(path: Path, batch: str, videos: int, *, family: str = "procedural",
@@ -30,7 +30,9 @@ def window_around_now(minutes_left: int) -> str:
 
 def test_forecast_from_recorded_history(tmp_path: Path) -> None:
     env = embedded_env(tmp_path / "home")
-    ran = run_cli("run", str(manifest(tmp_path / "r.yaml", "recorded", 2)), env=env, timeout=300)
+    ran = run_cli_here(
+        "run", str(manifest(tmp_path / "r.yaml", "recorded", 2)), env=env, timeout=300
+    )
     assert ran.returncode == 0, ran.stderr
     factory = Factory.open(Settings.from_env(env))
     recorded = [e.detail["seconds"] for job in factory.jobs.list_jobs()
@@ -38,7 +40,7 @@ def test_forecast_from_recorded_history(tmp_path: Path) -> None:
                 if e.event == "segment.done" and e.detail["segment_frames"] == 8]  # fmt: skip
 
     tonight = manifest(tmp_path / "t.yaml", "tonight", 3)
-    done = run_cli("forecast", str(tonight), "--gpus", "2", "--json", env=env)
+    done = run_cli_here("forecast", str(tonight), "--gpus", "2", "--json", env=env)
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout)
     first = result["videos"][0]
@@ -49,33 +51,35 @@ def test_forecast_from_recorded_history(tmp_path: Path) -> None:
     assert {v["gpu"] for v in result["videos"]} == {0, 1}
 
     bigger = manifest(tmp_path / "b.yaml", "bigger", 1, resolution="192x128")
-    scaled = json.loads(run_cli("forecast", str(bigger), "--json", env=env).stdout)
+    scaled = json.loads(run_cli_here("forecast", str(bigger), "--json", env=env).stdout)
     assert "scaled" in scaled["videos"][0]["basis"]
 
-    text = run_cli("forecast", str(tonight), "--window", window_around_now(120), env=env)
+    text = run_cli_here("forecast", str(tonight), "--window", window_around_now(120), env=env)
     assert text.returncode == 0 and "fits:" in text.stdout, text.stdout + text.stderr
 
     slow = manifest(tmp_path / "s.yaml", "slow", 4,
                     family="{family: timed, seconds_per_segment: 400}")  # fmt: skip
-    late = run_cli("forecast", str(slow), "--window", window_around_now(60), env=env)
+    late = run_cli_here("forecast", str(slow), "--window", window_around_now(60), env=env)
     assert late.returncode == 3, late.stdout + late.stderr
     assert "does NOT fit" in late.stdout and "GPUs would make it fit" in late.stdout
     as_json = json.loads(
-        run_cli("forecast", str(slow), "--window", window_around_now(60), "--json", env=env).stdout
+        run_cli_here(
+            "forecast", str(slow), "--window", window_around_now(60), "--json", env=env
+        ).stdout
     )
     assert as_json["fits"] is False and as_json["gpus_needed"] == 4  # 3200 s each, ~1 h left
     endless = manifest(tmp_path / "e.yaml", "endless", 1, duration=20,
                        family="{family: timed, seconds_per_segment: 400}")  # fmt: skip
-    never = run_cli("forecast", str(endless), "--window", window_around_now(60), env=env)
+    never = run_cli_here("forecast", str(endless), "--window", window_around_now(60), env=env)
     assert never.returncode == 3 and "no number of GPUs helps" in never.stdout
 
-    watched = run_cli("watch", "--once", "--window", window_around_now(60), env=env)
+    watched = run_cli_here("watch", "--once", "--window", window_around_now(60), env=env)
     assert watched.returncode == 0, watched.stderr
     assert "batch ETA" in watched.stdout and "on time" in watched.stdout
 
 
 def test_a_bad_window_names_the_option(tmp_path: Path) -> None:
     env = embedded_env(tmp_path / "home")
-    done = run_cli("forecast", str(manifest(tmp_path / "m.yaml", "w", 1)), "--window", "late",
+    done = run_cli_here("forecast", str(manifest(tmp_path / "m.yaml", "w", 1)), "--window", "late",
                    env=env)  # fmt: skip
     assert done.returncode == 2 and "--window: must be HH:MM-HH:MM" in done.stderr

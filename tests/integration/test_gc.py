@@ -32,7 +32,7 @@ from factory.pipeline.runner import run_job
 from factory.stages import Stage
 from factory.store import Store, open_store
 from factory.submit import submit
-from tests.conftest import REPO, manifest_text, run_cli
+from tests.conftest import REPO, manifest_text, run_cli_here
 from tests.conftest import embedded_env as home_env
 
 RENDITIONS = ("master", "mobile", "compat")
@@ -72,7 +72,7 @@ class Bench:
         return dict(self.store.list_sizes(prefix))
 
     def cli(self, *args: str, **extra: str) -> subprocess.CompletedProcess:
-        return run_cli(*args, env={**self.env, **extra}, timeout=300)
+        return run_cli_here(*args, env={**self.env, **extra}, timeout=300)
 
 
 def make_bench(env: dict[str, str]) -> Bench:
@@ -347,9 +347,9 @@ def test_nightly_script_runs_gc_and_a_gc_failure_does_not_hide_the_batch(tmp_pat
 
 def test_bad_retention_settings_name_what_to_fix(tmp_path: Path):
     env = home_env(tmp_path / "home")
-    bad = run_cli("gc", "--older-than", "7", env=env)
+    bad = run_cli_here("gc", "--older-than", "7", env=env)
     assert bad.returncode == 2 and "--older-than: must be a duration like 7d" in bad.stderr
-    bad = run_cli("gc", env={**env, "FACTORY_KEEP_INTERMEDIATES": "a week"})
+    bad = run_cli_here("gc", env={**env, "FACTORY_KEEP_INTERMEDIATES": "a week"})
     assert bad.returncode == 2 and "FACTORY_KEEP_INTERMEDIATES: must be a duration" in bad.stderr
-    forever = run_cli("gc", env={**env, "FACTORY_KEEP_INTERMEDIATES": "forever"})
+    forever = run_cli_here("gc", env={**env, "FACTORY_KEEP_INTERMEDIATES": "forever"})
     assert forever.returncode == 0 and "nothing is removed" in forever.stderr

@@ -23,7 +23,7 @@ from factory.media.intermediate import read_frames
 from factory.plan import plan_segments
 from factory.stitch import stitch
 from factory.store import keys
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli_here
 from tests.integration.test_diffusers import home_env
 from tests.integration.test_pipeline import in_process
 from tests.integration.test_redo import attempts_of
@@ -36,15 +36,14 @@ from tests.latent_segments import (
     loaded,
     segment_spec,
 )
-from tests.tiny_models import LATENT_SAVERS, save_wan_vace
+from tests.tiny_models import LATENT_SAVERS
 
 VARIANTS = ["helios-base", "helios-mid", "helios-distilled", "anyflow-far"]
 
 
 @pytest.fixture(scope="module")
-def model_dirs(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("latent-models")
-    return {name: save(root / name) for name, save in LATENT_SAVERS.items()}
+def model_dirs(tiny_model) -> dict[str, Path]:
+    return {name: tiny_model(name) for name in [*LATENT_SAVERS, "wan"]}
 
 
 def family_of(variant: str) -> str:
@@ -208,7 +207,7 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
     path = tmp_path / "m.yaml"
     path.write_text(latent_manifest(model_dirs[variant], variant))
     env = home_env(tmp_path / "home")
-    done = run_cli("run", str(path), env=env, timeout=900)
+    done = run_cli_here("run", str(path), env=env, timeout=900)
     assert done.returncode == 0, done.stderr + done.stdout
     factory, _ = in_process(tmp_path / "home")
     job = factory.jobs.get("lat.chain")
@@ -221,7 +220,7 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
     assert all(seam and seam["passed"] for seam in seams)
     done_events = [e for e in factory.jobs.events("lat.chain") if e.event == "segment.done"]
     assert all(e.detail["memory"]["device"] == "cpu" for e in done_events)
-    report = json.loads(run_cli("gpu", "report", "--json", env=env).stdout)
+    report = json.loads(run_cli_here("gpu", "report", "--json", env=env).stdout)
     rows = report["segments"]  # segment 0 is shorter: a row of its own
     assert {r["family"] for r in rows} == {family_of(variant)}
     assert sum(r["segments"] for r in rows) == 4
@@ -262,18 +261,18 @@ def test_a_cascade_redo_makes_the_range_and_every_segment_after_it_again(
     path = tmp_path / "m.yaml"
     path.write_text(latent_manifest(model_dirs[variant], variant, batch="cas"))
     env = home_env(tmp_path / "home")
-    done = run_cli("run", str(path), env=env, timeout=900)
+    done = run_cli_here("run", str(path), env=env, timeout=900)
     assert done.returncode == 0, done.stderr + done.stdout
     v1 = attempts_of(env, "cas.chain")
     duration = 4 * chunk_frames(family_of(variant)) / 24
     span = f"{0.6 * duration:.3f}-{0.65 * duration:.3f}"  # inside the third segment
-    refused = run_cli("redo", "cas.chain", "--range", span, "--seed", "7", env=env)
+    refused = run_cli_here("redo", "cas.chain", "--range", span, "--seed", "7", env=env)
     assert refused.returncode == 2 and "--cascade" in refused.stderr, refused.stderr
-    plan = json.loads(run_cli("redo", "cas.chain", "--range", span, "--cascade",
+    plan = json.loads(run_cli_here("redo", "cas.chain", "--range", span, "--cascade",
                               "--dry-run", "--json", env=env).stdout)  # fmt: skip
     first = plan["segments"][0]
     assert first > 0 and plan["segments"] == list(range(first, 4)) and plan["join"] is None
-    done = run_cli("redo", "cas.chain", "--range", span, "--cascade", "--seed", "7",
+    done = run_cli_here("redo", "cas.chain", "--range", span, "--cascade", "--seed", "7",
                    env=env, timeout=900)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "version 2 delivered" in done.stdout
@@ -291,7 +290,7 @@ def test_a_cascade_redo_makes_the_range_and_every_segment_after_it_again(
         else:  # new noise: past the cross-fade from the segment before, other pictures
             changed = (old != new).any(axis=3).mean(axis=(1, 2))  # per frame
             assert changed[-len(changed) // 4 :].min() > 0.8, (index, changed.round(2))
-    status = json.loads(run_cli("status", "cas.chain", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "cas.chain", "--json", env=env).stdout)
     assert status["progress"]["qc"]["passed"] is True
     assert status["version"] == 2
 
@@ -322,7 +321,7 @@ def test_a_wrong_variant_or_a_missing_component_is_refused_clearly(
     from factory.generate import make_generator
     from factory.spec import ModelChoice
 
-    wan = save_wan_vace(tmp_path / "wan")
+    wan = model_dirs["wan"]
     with pytest.raises(PermanentError, match=r"not a Helios pipeline.*WanVACEPipeline"):
         make_generator(ModelChoice("helios", str(wan), steps=2)).load("cpu")
     broken = tmp_path / "broken"
@@ -364,7 +363,7 @@ def test_a_segment_without_its_carry_is_refused(model_dirs: dict[str, Path]):
 
 
 def test_one_cached_embedding_serves_wan_and_helios(tmp_path: Path, model_dirs: dict[str, Path]):
-    wan = save_wan_vace(tmp_path / "wan")
+    wan = model_dirs["wan"]
     helios = model_dirs["helios-distilled"]
     env = home_env(tmp_path / "home")
     wan_manifest = tmp_path / "wan.yaml"
@@ -375,12 +374,12 @@ def test_one_cached_embedding_serves_wan_and_helios(tmp_path: Path, model_dirs: 
         .replace("frames: 44, overlap: 8", "frames: 17, overlap: 5")
         .replace("128x64", "64x64")
     )
-    first = run_cli("preload", str(wan_manifest), env=env, timeout=300)
+    first = run_cli_here("preload", str(wan_manifest), env=env, timeout=300)
     assert first.returncode == 0, first.stderr
     assert "2 prompts, 0 already cached, 2 encoded" in first.stdout
     helios_manifest = tmp_path / "helios.yaml"
     helios_manifest.write_text(latent_manifest(helios, "helios-distilled", batch="h"))
-    second_run = run_cli("preload", str(helios_manifest), "--json", env=env)
+    second_run = run_cli_here("preload", str(helios_manifest), "--json", env=env)
     assert second_run.returncode == 0, second_run.stderr
     second = json.loads(second_run.stdout)
     assert (second["embeddings"]["hits"], second["embeddings"]["misses"]) == (2, 0)
@@ -410,17 +409,17 @@ def test_validate_checks_the_helios_variant_and_its_sizes(
             "128x64", "832x480"
         )
     )
-    done = run_cli("validate", str(path), env=env)
+    done = run_cli_here("validate", str(path), env=env)
     assert done.returncode == 2, done.stdout + done.stderr
     assert "videos[0].resolution: 832x480 does not suit Helios distilled (pyramid)" in (
         done.stderr + done.stdout
     )
     path.write_text(latent_manifest(model_dirs["helios-base"], "helios-base").replace(
         "128x64", "832x480"))  # fmt: skip
-    assert run_cli("validate", str(path), env=env).returncode == 0  # base has no pyramid
-    wan = save_wan_vace(tmp_path / "wan")
+    assert run_cli_here("validate", str(path), env=env).returncode == 0  # base has no pyramid
+    wan = model_dirs["wan"]
     path.write_text(latent_manifest(wan, "helios-base"))
-    refused = run_cli("validate", str(path), env=env)
+    refused = run_cli_here("validate", str(path), env=env)
     assert refused.returncode == 2
     assert (
         "videos[0].model.path: not a Helios pipeline: model_index.json names WanVACEPipeline"

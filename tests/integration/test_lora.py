@@ -16,12 +16,12 @@ from factory.pipeline.files import Segments
 from factory.pipeline.generate import generate_segment
 from factory.submit import submit
 from tests.integration.test_pipeline import in_process
-from tests.tiny_models import save_lora, save_wan_vace
+from tests.tiny_models import save_lora
 
 
 @pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return save_wan_vace(tmp_path_factory.mktemp("models") / "wan")
+def model_dir(tiny_model) -> Path:
+    return tiny_model("wan")
 
 
 def manifest(model_dir: Path, batch: str, lora: str = "") -> str:

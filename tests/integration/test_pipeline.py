@@ -34,7 +34,7 @@ from factory.stages import Stage
 from factory.store import keys
 from factory.store.file import FileStore
 from factory.submit import submit
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli_here
 from tests.conftest import embedded_env as home_env
 
 BEDS = REPO / "examples" / "assets"
@@ -54,7 +54,7 @@ def write_manifest(path: Path, body: str) -> Path:
 def test_quick_batch_end_to_end(tmp_path: Path):
     """The README's example as it is, on a fresh home: its beds come from beside the manifest."""
     env = home_env(tmp_path / "home")
-    done = run_cli("run", str(REPO / "examples" / "quick.yaml"), env=env, timeout=600)
+    done = run_cli_here("run", str(REPO / "examples" / "quick.yaml"), env=env, timeout=600)
     assert done.returncode == 0, done.stderr
     assert "2 of 2 videos delivered" in done.stdout
     manifest = load_manifest(REPO / "examples" / "quick.yaml")
@@ -82,11 +82,11 @@ def test_quick_batch_end_to_end(tmp_path: Path):
         for picture in ("contact", "quality"):
             png = store.path(f"{video.batch}/{video.video_id}/{picture}.png").read_bytes()
             assert png[:4] == b"\x89PNG"
-        status = json.loads(run_cli("status", video.job_id, "--json", env=env).stdout)
+        status = json.loads(run_cli_here("status", video.job_id, "--json", env=env).stdout)
         assert status["stage"] == "done"
         outputs = set(status["outputs"])
         assert outputs == {*video.renditions, "qc", "contact", "quality"}
-    again = run_cli("run", str(REPO / "examples" / "quick.yaml"), env=env)
+    again = run_cli_here("run", str(REPO / "examples" / "quick.yaml"), env=env)
     assert again.returncode == 0 and "2 of 2 videos delivered" in again.stdout
 
 
@@ -160,9 +160,9 @@ def test_a_writer_killed_mid_segment_costs_only_that_segment(tmp_path: Path):
     # Nothing beyond the recorded segments counts as done; at most the one being written
     # may have reached the store just before its checkpoint.
     assert len(recorded) <= len(stored) <= len(recorded) + 1
-    resumed = run_cli("run", str(manifest), env=env, timeout=300)
+    resumed = run_cli_here("run", str(manifest), env=env, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    events = json.loads(run_cli("events", "crash.slow", "--json", env=env).stdout)
+    events = json.loads(run_cli_here("events", "crash.slow", "--json", env=env).stdout)
     segments = Counter(e["detail"]["segment"] for e in events if e["event"] == "segment.done")
     assert set(segments.values()) == {1}  # no finished segment was generated twice
     assert sorted(segments) == list(range(job.progress["segments_total"]))
@@ -174,7 +174,7 @@ def test_cancel_stops_the_run_at_the_next_checkpoint(tmp_path: Path):
     manifest = write_manifest(tmp_path / "crash.yaml", TIMED)
     proc = start_run(manifest, env)
     wait_for_segments(home, "crash.slow", 2)
-    cancelled = run_cli("cancel", "crash.slow", "--reason", "wrong prompt", env=env)
+    cancelled = run_cli_here("cancel", "crash.slow", "--reason", "wrong prompt", env=env)
     assert cancelled.returncode == 0, cancelled.stderr
     _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 1, stderr
@@ -191,11 +191,11 @@ def test_missing_audio_asset_is_refused_before_any_job_exists(tmp_path: Path):
         TIMED.replace("seconds_per_segment: 0.6", "seconds_per_segment: 0.01")
         + "    audio: {asset: beds/late.ogg}\n",
     )
-    refused = run_cli("run", str(manifest), env=env, timeout=300)
+    refused = run_cli_here("run", str(manifest), env=env, timeout=300)
     assert refused.returncode == 2, refused.stderr
     assert "videos[0].audio.asset: beds/late.ogg does not exist in the store" in refused.stderr
     assert "factory store put" in refused.stderr
-    assert "no job" in run_cli("status", "crash.slow", env=env).stderr
+    assert "no job" in run_cli_here("status", "crash.slow", env=env).stderr
 
 
 def test_asset_gone_after_submit_fails_in_mux_and_requeue_continues(tmp_path: Path):
@@ -207,23 +207,25 @@ def test_asset_gone_after_submit_fails_in_mux_and_requeue_continues(tmp_path: Pa
         + "    audio: {asset: beds/late.ogg}\n",
     )
     bed = BEDS / "calm-bed.ogg"
-    assert run_cli("store", "put", str(bed), "beds/late.ogg", env=env).returncode == 0
-    assert run_cli("submit", str(manifest), env=env).returncode == 0
+    assert run_cli_here("store", "put", str(bed), "beds/late.ogg", env=env).returncode == 0
+    assert run_cli_here("submit", str(manifest), env=env).returncode == 0
     (home / "store" / "beds" / "late.ogg").unlink()  # removed from the store after submit
     _, ctx = in_process(home)
     failed = run_job(ctx, "crash.slow", worker="t")
     assert failed.stage is Stage.FAILED
-    status = run_cli("status", "crash.slow", env=env).stdout
+    status = run_cli_here("status", "crash.slow", env=env).stdout
     assert "failed (in mux)" in status and "beds/late.ogg" in status
     assert "factory store put" in status
     assert (
-        run_cli("store", "put", str(BEDS / "calm-bed.ogg"), "beds/late.ogg", env=env).returncode
+        run_cli_here(
+            "store", "put", str(BEDS / "calm-bed.ogg"), "beds/late.ogg", env=env
+        ).returncode
         == 0
     )
-    requeued = json.loads(run_cli("requeue", "crash.slow", "--json", env=env).stdout)
+    requeued = json.loads(run_cli_here("requeue", "crash.slow", "--json", env=env).stdout)
     assert requeued["stage"] == "mux" and requeued["progress"]["encode"]["joined"]
     assert run_job(ctx, "crash.slow", worker="t").stage is Stage.DONE
-    events = json.loads(run_cli("events", "crash.slow", "--json", env=env).stdout)
+    events = json.loads(run_cli_here("events", "crash.slow", "--json", env=env).stdout)
     total = requeued["progress"]["segments_total"]
     assert sum(e["event"] == "segment.done" for e in events) == total  # none regenerated
 

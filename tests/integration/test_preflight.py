@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from factory.store.s3 import S3Store
-from tests.conftest import REPO, run_cli
+from tests.conftest import REPO, run_cli_here
 from tests.s3stand import free_port
 
 BED = REPO / "examples" / "assets" / "calm-bed.ogg"
@@ -29,7 +29,7 @@ def postgres_env(tmp_path: Path, pg_url: str, store: str | None = None) -> dict[
         "FACTORY_BROKER_URL": "",
         "FACTORY_STORE_URL": store or f"file://{tmp_path / 'store'}",
     }
-    assert run_cli("db", "upgrade", env=env).returncode == 0
+    assert run_cli_here("db", "upgrade", env=env).returncode == 0
     return env
 
 
@@ -67,24 +67,24 @@ def test_assets_beside_the_manifest_go_into_the_store_once_by_content(tmp_path: 
     shutil.copy(BED, tmp_path / "same-bytes-other-name.ogg")
     manifest = tmp_path / "m.yaml"
     manifest.write_text(four_videos("local", ["./beds/calm.ogg", "./same-bytes-other-name.ogg"]))
-    done = run_cli("submit", str(manifest), env=env)
+    done = run_cli_here("submit", str(manifest), env=env)
     assert done.returncode == 0, done.stderr
     digest = hashlib.sha256(BED.read_bytes()).hexdigest()
     key = f"assets/sha256/{digest}.ogg"
     assert stored_files(tmp_path / "store") == [key]
-    status = json.loads(run_cli("status", "local.v0", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "local.v0", "--json", env=env).stdout)
     assert status["spec"]["audio"]["asset"] == key
     # a second batch naming the same bytes from another folder adds no object
     other = tmp_path / "elsewhere"
     other.mkdir()
     shutil.copy(BED, other / "bed.ogg")
     (other / "m.yaml").write_text(four_videos("again", ["./bed.ogg"]))
-    assert run_cli("submit", str(other / "m.yaml"), env=env).returncode == 0
+    assert run_cli_here("submit", str(other / "m.yaml"), env=env).returncode == 0
     assert stored_files(tmp_path / "store") == [key]
     # nothing outside the manifest's folder, not even through a link
     (other / "escape.ogg").symlink_to(tmp_path / "beds" / "calm.ogg")
     (other / "bad.yaml").write_text(four_videos("escape", ["./escape.ogg"]))
-    refused = run_cli("submit", str(other / "bad.yaml"), env=env)
+    refused = run_cli_here("submit", str(other / "bad.yaml"), env=env)
     assert refused.returncode == 2
     escaped = "videos[0].audio.asset: ./escape.ogg leads out of the manifest's folder"
     assert escaped in refused.stderr
@@ -102,7 +102,7 @@ def test_a_missing_asset_is_refused_at_validate_submit_and_preload_with_nothing_
     manifest.write_text(four_videos("typo", ["./calm.ogg", "beds/pulse.ogg", "", "beds/plse.ogg"]))
     before = stored_files(store)
     for command in ("validate", "submit", "preload"):
-        refused = run_cli(command, str(manifest), env=env)
+        refused = run_cli_here(command, str(manifest), env=env)
         assert refused.returncode == 2, (command, refused.stderr)
         assert "videos[3].audio.asset: beds/plse.ogg does not exist in the store" in refused.stderr
         assert "videos[1]" not in refused.stderr  # the good ones are not named
@@ -110,7 +110,7 @@ def test_a_missing_asset_is_refused_at_validate_submit_and_preload_with_nothing_
     assert stored_files(store) == before  # the good local bed was not uploaded either
     missing_local = tmp_path / "local.yaml"
     missing_local.write_text(four_videos("typo", ["", "./beds/nowhere.ogg"]))
-    refused = run_cli("submit", str(missing_local), env=env)
+    refused = run_cli_here("submit", str(missing_local), env=env)
     assert refused.returncode == 2
     assert "videos[1].audio.asset: ./beds/nowhere.ogg does not exist" in refused.stderr
     assert job_rows(pg_url, "typo") == 0
@@ -122,7 +122,7 @@ def test_an_asset_in_defaults_is_named_where_it_is_written(tmp_path: Path, pg_ur
     manifest.write_text(
         four_videos("dflt", ["", ""]).replace("defaults: {", "defaults: {audio: {asset: x.ogg}, ")
     )
-    refused = run_cli("validate", str(manifest), env=env)
+    refused = run_cli_here("validate", str(manifest), env=env)
     assert refused.returncode == 2
     assert "defaults.audio.asset: x.ogg does not exist in the store" in refused.stderr
 
@@ -138,13 +138,13 @@ def test_assets_on_the_s3_stand(tmp_path: Path, pg_url, s3_stand, bucket: str):
     manifest.write_text(
         four_videos("s3", ["beds/pulse.ogg", f"s3://{bucket}/factory/beds/pulse.ogg", "./calm.ogg"])
     )
-    done = run_cli("submit", str(manifest), env=env)
+    done = run_cli_here("submit", str(manifest), env=env)
     assert done.returncode == 0, done.stderr
     digest = hashlib.sha256(BED.read_bytes()).hexdigest()
     assert store.stat(f"assets/sha256/{digest}.ogg") is not None
     bad = tmp_path / "bad.yaml"
     bad.write_text(four_videos("s3bad", ["beds/pulse.ogg", f"s3://{bucket}/beds/gone.ogg"]))
-    refused = run_cli("submit", str(bad), env=env)
+    refused = run_cli_here("submit", str(bad), env=env)
     assert refused.returncode == 2
     assert f"videos[1].audio.asset: s3://{bucket}/beds/gone.ogg does not exist" in refused.stderr
     assert job_rows(pg_url, "s3bad") == 0
@@ -160,7 +160,7 @@ def test_a_store_that_cannot_be_reached_is_exit_1_with_the_reason(
     manifest = tmp_path / "m.yaml"
     manifest.write_text(four_videos("down", ["beds/pulse.ogg"]))
     for command in ("validate", "submit", "preload"):
-        failed = run_cli(command, str(manifest), env=env)
+        failed = run_cli_here(command, str(manifest), env=env)
         assert failed.returncode == 1, failed.stderr
         assert "videos[0].audio.asset" in failed.stderr
         assert "cannot be reached" in failed.stderr
@@ -218,7 +218,7 @@ def test_model_directories_are_checked_where_visible(
     manifest = tmp_path / "m.yaml"
     manifest.write_text(model_manifest("models", path))
     for command in ("validate", "submit"):
-        result = run_cli(command, str(manifest), env=env)
+        result = run_cli_here(command, str(manifest), env=env)
         assert result.returncode == exit_code, result.stderr
         if message:
             assert message in " ".join(result.stderr.split())
@@ -231,18 +231,18 @@ def test_the_family_gives_the_segment_settings_a_manifest_leaves_out(tmp_path: P
     env = postgres_env(tmp_path, pg_url)
     manifest = tmp_path / "m.yaml"
     manifest.write_text(model_manifest("fam", "/gpu-only/SkyReels"))
-    shown = run_cli("validate", str(manifest), env=env)
+    shown = run_cli_here("validate", str(manifest), env=env)
     assert shown.returncode == 0, shown.stderr
     assert "97 frames, overlap 17" in shown.stdout
-    spec = json.loads(run_cli("validate", str(manifest), "--json", env=env).stdout)[0]
+    spec = json.loads(run_cli_here("validate", str(manifest), "--json", env=env).stdout)[0]
     assert spec["segment"] == {"frames": 97, "overlap": 17}
     manifest.write_text(model_manifest("fam", "/gpu-only/SkyReels", "    segment: {frames: 24}\n"))
-    spec = json.loads(run_cli("validate", str(manifest), "--json", env=env).stdout)[0]
+    spec = json.loads(run_cli_here("validate", str(manifest), "--json", env=env).stdout)[0]
     assert spec["segment"] == {"frames": 24, "overlap": 9}  # the largest 4k+1 that fits
     manifest.write_text(
         model_manifest("fam", "/gpu-only/SkyReels", "    segment: {frames: 97, overlap: 4}\n")
     )
-    refused = run_cli("validate", str(manifest), env=env)
+    refused = run_cli_here("validate", str(manifest), env=env)
     assert refused.returncode == 2
     assert "videos[0].segment.overlap: 4 does not suit skyreels-v2-df" in refused.stderr
 
@@ -264,16 +264,16 @@ def test_a_lora_beside_the_manifest_goes_into_the_store_and_a_missing_one_is_nam
     for missing in ("./loras/typo.safetensors", "loras/not-in-store.safetensors"):
         write(missing)
         for command in ("validate", "submit"):
-            refused = run_cli(command, str(manifest), env=env)
+            refused = run_cli_here(command, str(manifest), env=env)
             assert refused.returncode == 2, refused.stderr
             assert "videos[0].model.lora[0].asset" in refused.stderr
             assert "does not exist" in refused.stderr
     assert job_rows(pg_url, "lora") == 0
     assert stored_files(tmp_path / "store") == []
     write("./loras/style.safetensors")
-    done = run_cli("submit", str(manifest), env=env)
+    done = run_cli_here("submit", str(manifest), env=env)
     assert done.returncode == 0, done.stderr
     key = f"assets/sha256/{hashlib.sha256(style.read_bytes()).hexdigest()}.safetensors"
     assert stored_files(tmp_path / "store") == [key]
-    status = json.loads(run_cli("status", "lora.v", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "lora.v", "--json", env=env).stdout)
     assert status["spec"]["model"]["loras"][0]["asset"] == key

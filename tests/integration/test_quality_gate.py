@@ -14,7 +14,7 @@ import pytest
 from factory.media.analyze import Reference, analyze
 from factory.qc import gate
 from tests import footage
-from tests.conftest import run_cli
+from tests.conftest import run_cli_here
 from tests.integration.test_pipeline import home_env
 
 
@@ -32,7 +32,7 @@ def bikes(tmp_path_factory) -> dict:
 
 
 def qc(*args: str, env: dict[str, str] | None = None) -> tuple[int, dict]:
-    done = run_cli("qc", *args, "--json", env=env or {}, timeout=300)
+    done = run_cli_here("qc", *args, "--json", env=env or {}, timeout=300)
     assert done.returncode in (0, 3), done.stderr
     return done.returncode, json.loads(done.stdout)
 
@@ -151,11 +151,11 @@ def test_a_truncated_file_is_found(bikes: dict, tmp_path: Path):
 
 
 def test_bad_input_is_exit_2(tmp_path: Path, bikes: dict):
-    missing = run_cli("qc", str(tmp_path / "nope.mp4"), env={})
+    missing = run_cli_here("qc", str(tmp_path / "nope.mp4"), env={})
     assert missing.returncode == 2 and "VIDEO" in missing.stderr
-    bad_seams = run_cli("qc", str(bikes["clean"]), "--seams", "soon", env={})
+    bad_seams = run_cli_here("qc", str(bikes["clean"]), "--seams", "soon", env={})
     assert bad_seams.returncode == 2 and "--seams" in bad_seams.stderr
-    outside = run_cli("qc", str(bikes["clean"]), "--seams", "42", env={})
+    outside = run_cli_here("qc", str(bikes["clean"]), "--seams", "42", env={})
     assert outside.returncode == 2 and "not inside the video" in outside.stderr
 
 

@@ -19,7 +19,7 @@ from factory.pipeline.runner import run_job
 from factory.spec import ModelChoice
 from factory.stages import Stage
 from factory.submit import submit
-from tests.conftest import run_cli
+from tests.conftest import run_cli_here
 from tests.integration.test_pipeline import home_env, in_process
 
 FPS = 12
@@ -84,9 +84,9 @@ def test_a_seam_that_stays_bad_fails_the_job_and_requeue_continues(tmp_path: Pat
     regenerated = [e for e in factory.jobs.events(job.job_id) if e.event == "seam.regenerated"]
     assert [e.detail["regeneration"] for e in regenerated] == [1, 2]
     env = home_env(tmp_path / "home")
-    status = run_cli("status", job.job_id, env=env).stdout
+    status = run_cli_here("status", job.job_id, env=env).stdout
     assert "SeamFailed" in status and "jump" in status
-    assert run_cli("requeue", job.job_id, env=env).returncode == 0
+    assert run_cli_here("requeue", job.job_id, env=env).returncode == 0
     ctx._generators[ModelChoice("procedural")] = ProceduralGenerator()  # the model is fixed
     job = run_job(ctx, job.job_id, worker="t")
     assert job.stage is Stage.DONE
@@ -114,7 +114,7 @@ def test_a_frozen_segment_stops_the_job_before_delivery(tmp_path: Path):
     # the same frames found frozen; a run split only at a chunk boundary is joined again
     assert _covered(runs) == _covered(one_pass)
     assert {a for a, _ in runs} <= {a for a, _ in one_pass}
-    status = run_cli("status", job.job_id, env=home_env(tmp_path / "home")).stdout
+    status = run_cli_here("status", job.job_id, env=home_env(tmp_path / "home")).stdout
     assert "frozen" in status and "failed (in qc)" in status
 
 
