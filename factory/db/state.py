@@ -22,7 +22,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import Connection, delete, func, insert, select, text, tuple_, update
-from sqlalchemy.dialects import postgresql, sqlite
 
 from factory.db.models import batches, job_events, job_segments, job_versions, jobs, utcnow
 from factory.db.session import Database
@@ -1484,4 +1483,9 @@ def _with_timing(progress: dict[str, Any], leaving: Stage, entering: Stage, now:
 
 
 def _insert_for(conn: Connection) -> Callable[..., Any]:
-    return postgresql.insert if conn.dialect.name == "postgresql" else sqlite.insert
+    # The dialect's module only when it is used: a SQLite home never loads PostgreSQL's.
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:
+        from sqlalchemy.dialects.sqlite import insert
+    return insert
