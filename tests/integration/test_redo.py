@@ -30,7 +30,7 @@ from factory.spec import ModelChoice, VideoSpec
 from factory.stages import Stage
 from factory.store import keys
 from factory.submit import submit
-from tests.conftest import run_cli
+from tests.conftest import run_cli, run_cli_here
 from tests.integration.cluster import Cluster, manifest
 from tests.integration.test_pipeline import home_env, in_process
 
@@ -53,7 +53,7 @@ def lossless(store: Path, job_id: str, attempts: dict[int, int | None]) -> np.nd
 
 
 def attempts_of(env: dict[str, str], job_id: str) -> dict[int, int | None]:
-    status = json.loads(run_cli("status", job_id, "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", job_id, "--json", env=env).stdout)
     return {s["index"]: s.get("attempt") for s in status["segments_made"]}
 
 
@@ -64,7 +64,7 @@ def digests(path: Path) -> str:
 def delivered_v1(tmp_path: Path) -> tuple[dict[str, str], Path]:
     env = home_env(tmp_path / "home")
     (tmp_path / "m.yaml").write_text(LONG)
-    done = run_cli("run", str(tmp_path / "m.yaml"), env=env, timeout=600)
+    done = run_cli_here("run", str(tmp_path / "m.yaml"), env=env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return env, tmp_path / "home" / "store"
 
@@ -77,21 +77,21 @@ def test_a_redo_changes_only_its_range_and_delivers_version_2(tmp_path: Path) ->
         r: set((store / "redo/long/chunks" / r).iterdir()) for r in ("mobile", "compat")
     }
 
-    dry = run_cli("redo", "redo.long", "--range", "0:10-0:14", "--dry-run", "--json", env=env)
+    dry = run_cli_here("redo", "redo.long", "--range", "0:10-0:14", "--dry-run", "--json", env=env)
     assert dry.returncode == 0, dry.stderr
     plan = json.loads(dry.stdout)
     assert (plan["segments"], plan["join"], plan["chunks"]) == ([6, 7, 8], 9, [0, 1])
     assert attempts_of(env, "redo.long") == v1_records  # a dry run changes nothing
-    human = run_cli("redo", "redo.long", "--range", "0:10-0:14", "--dry-run", env=env).stdout
+    human = run_cli_here("redo", "redo.long", "--range", "0:10-0:14", "--dry-run", env=env).stdout
     assert "segments  6-8 made again (3)" in human
     assert f"encode    {plan['encode_frames']} frames again per rendition" in human
     assert "chunks 0, 1 (2 of 4" in human
 
-    done = run_cli("redo", "redo.long", "--range", "0:10-0:14", "--seed", "99",
+    done = run_cli_here("redo", "redo.long", "--range", "0:10-0:14", "--seed", "99",
                    "--reason", "a gull melts", env=env, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert "version 2 delivered" in done.stdout
-    status = json.loads(run_cli("status", "redo.long", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "redo.long", "--json", env=env).stdout)
     assert status["stage"] == "done"
     assert status["version"] == 2
     assert [v["version"] for v in status["versions"]] == [1, 2]
@@ -127,7 +127,7 @@ def test_a_redo_changes_only_its_range_and_delivers_version_2(tmp_path: Path) ->
     # The new seams, the join's included, were judged; the timeline says who asked and why.
     seams = {s["index"]: s for s in status["segments_made"]}
     assert seams[9]["seam"]["join"] is True and seams[9]["seam"]["passed"] is True
-    events = json.loads(run_cli("events", "redo.long", "--json", env=env).stdout)
+    events = json.loads(run_cli_here("events", "redo.long", "--json", env=env).stdout)
     planned = next(e for e in events if e["event"] == "redo.planned")
     assert planned["detail"]["reason"] == "a gull melts" and planned["detail"]["seed"] == 99
     assert planned["detail"]["actor"].startswith("cli:")
@@ -137,7 +137,7 @@ def test_a_redo_changes_only_its_range_and_delivers_version_2(tmp_path: Path) ->
         8,
     ]
     assert any(e["event"] == "redo.delivered" for e in events)
-    text = run_cli("status", "redo.long", env=env).stdout
+    text = run_cli_here("status", "redo.long", env=env).stdout
     assert "v2 (published)" in text and "redo 10-14 s, segments 6-8" in text
 
 
@@ -184,14 +184,14 @@ def test_with_keyframes_at_segments_every_frame_outside_the_redone_segments_is_k
     text = LONG.replace("seed: 5}", "seed: 5, keyframes: segments}")
     env = home_env(tmp_path / "home")
     (tmp_path / "m.yaml").write_text(text)
-    done = run_cli("run", str(tmp_path / "m.yaml"), env=env, timeout=600)
+    done = run_cli_here("run", str(tmp_path / "m.yaml"), env=env, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     store = tmp_path / "home" / "store"
     video = parse_manifest(text).videos[0]
     assert video.keyframes == "segments"
-    plan = json.loads(run_cli("redo", "redo.long", "--range", "0:10-0:14", "--dry-run",
+    plan = json.loads(run_cli_here("redo", "redo.long", "--range", "0:10-0:14", "--dry-run",
                               "--json", env=env).stdout)  # fmt: skip
-    done = run_cli("redo", "redo.long", "--range", "0:10-0:14", "--seed", "99", env=env,
+    done = run_cli_here("redo", "redo.long", "--range", "0:10-0:14", "--seed", "99", env=env,
                    timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     plans = video_plan(video)
@@ -213,15 +213,15 @@ def test_after_a_requeue_from_qc_a_redo_still_reuses_the_untouched_chunks(tmp_pa
     """A requeue --from qc starts a new epoch but keeps the joined chunks; a redo after it
     must name its chunks by that joined epoch, or every chunk would be encoded again."""
     env, store = delivered_v1(tmp_path)
-    requeued = json.loads(run_cli("requeue", "redo.long", "--from", "qc", "--json",
+    requeued = json.loads(run_cli_here("requeue", "redo.long", "--from", "qc", "--json",
                                   env=env).stdout)  # fmt: skip
     assert requeued["stage"] == "qc"
     _, ctx = in_process(tmp_path / "home")
     assert run_job(ctx, "redo.long", worker="t").stage is Stage.DONE
     before = {r: set((store / "redo/long/chunks" / r).iterdir()) for r in ("mobile", "compat")}
-    plan = json.loads(run_cli("redo", "redo.long", "--range", "0:10-0:14", "--dry-run",
+    plan = json.loads(run_cli_here("redo", "redo.long", "--range", "0:10-0:14", "--dry-run",
                               "--json", env=env).stdout)  # fmt: skip
-    done = run_cli("redo", "redo.long", "--range", "0:10-0:14", "--seed", "3", env=env,
+    done = run_cli_here("redo", "redo.long", "--range", "0:10-0:14", "--seed", "3", env=env,
                    timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     for rendition, chunks in before.items():
@@ -232,10 +232,10 @@ def test_after_a_requeue_from_qc_a_redo_still_reuses_the_untouched_chunks(tmp_pa
 def test_a_redo_with_a_new_prompt_shows_it_in_the_range(tmp_path: Path) -> None:
     env, store = delivered_v1(tmp_path)
     v1 = attempts_of(env, "redo.long")
-    done = run_cli("redo", "redo.long", "--range", "20-24", "--prompt", "a red boat at dusk",
+    done = run_cli_here("redo", "redo.long", "--range", "20-24", "--prompt", "a red boat at dusk",
                    env=env, timeout=600)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
-    status = json.loads(run_cli("status", "redo.long", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "redo.long", "--json", env=env).stdout)
     new = "a red boat at dusk"
     assert status["progress"]["prompts"] == [[12, 15, new]]
     v2 = attempts_of(env, "redo.long")
@@ -256,8 +256,8 @@ def test_a_redo_with_a_new_prompt_shows_it_in_the_range(tmp_path: Path) -> None:
 def test_bad_ranges_exit_2_naming_the_problem(tmp_path: Path, text: str, says: str) -> None:
     env = home_env(tmp_path / "home")
     (tmp_path / "m.yaml").write_text(LONG.replace("duration: 24", "duration: 24"))
-    assert run_cli("submit", str(tmp_path / "m.yaml"), env=env).returncode == 0
-    refused = run_cli("redo", "redo.long", "--range", text, "--dry-run", env=env)
+    assert run_cli_here("submit", str(tmp_path / "m.yaml"), env=env).returncode == 0
+    refused = run_cli_here("redo", "redo.long", "--range", text, "--dry-run", env=env)
     assert refused.returncode == 2
     assert "--range" in refused.stderr and says in refused.stderr
 
@@ -285,20 +285,20 @@ def test_a_redo_that_fails_qc_leaves_version_1_delivered(tmp_path: Path) -> None
     env, store = delivered_v1(tmp_path)
     v1 = digests(store / "redo/long/out/mobile.mp4")
     strict = {**env, "FACTORY_QC_MIN_VMAF": "99.9"}
-    failed = run_cli("redo", "redo.long", "--range", "3-5", env=strict, timeout=600)
+    failed = run_cli_here("redo", "redo.long", "--range", "3-5", env=strict, timeout=600)
     assert failed.returncode == 1
     assert "version 1 stays delivered" in failed.stderr
-    status = json.loads(run_cli("status", "redo.long", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "redo.long", "--json", env=env).stdout)
     assert (status["stage"], status["stopped_stage"]) == ("failed", "qc")
     assert status["version"] == 1
     assert [v["version"] for v in status["versions"]] == [1]
     assert digests(store / "redo/long/out/mobile.mp4") == v1
     assert not (store / "redo/long/v2").exists()
     # Fixed (here: the limit), the redo continues from where it stopped and delivers.
-    assert run_cli("requeue", "redo.long", env=env).returncode == 0
-    resumed = run_cli("run", str(tmp_path / "m.yaml"), env=env, timeout=600)
+    assert run_cli_here("requeue", "redo.long", env=env).returncode == 0
+    resumed = run_cli_here("run", str(tmp_path / "m.yaml"), env=env, timeout=600)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    status = json.loads(run_cli("status", "redo.long", "--json", env=env).stdout)
+    status = json.loads(run_cli_here("status", "redo.long", "--json", env=env).stdout)
     assert status["version"] == 2
 
 
