@@ -17,13 +17,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Integer, func, literal, select, tuple_
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from factory import preflight
 from factory.alerts import after_terminal, open_alerter
 from factory.app import Factory
 from factory.db.models import batches, jobs
@@ -39,14 +38,16 @@ from factory.forecast import (
     parse_window,
     segment_estimate,
 )
-from factory.manifest import Manifest, parse_manifest
 from factory.redo import RedoPlan, parse_range, plan_redo
 from factory.retention import gc_note
 from factory.spec import VideoSpec
 from factory.stages import Stage
 from factory.store import open_store
-from factory.submit import Submitted
-from factory.submit import submit as submit_manifest
+
+if TYPE_CHECKING:  # manifests, preflight and submit are imported where a manifest is read
+    from factory import preflight
+    from factory.manifest import Manifest
+    from factory.submit import Submitted
 
 Dispatcher = Callable[[list[Job]], None]
 log = logging.getLogger("factory.ops")
@@ -394,12 +395,16 @@ class Operations:
     ) -> Submitted:
         """A manifest sent as text (the API): checked as `factory validate` checks it; files
         beside a manifest do not exist here, so assets must already be in the store."""
+        from factory.manifest import parse_manifest  # (manifests only where they are read)
+
         parsed = parse_manifest(text, source=f"api:{actor}", fmt=fmt, batch=batch)
         return self.submit_checked(self.check(parsed, remote=True), actor=actor)
 
     def check(self, parsed: Manifest, *, remote: bool = False) -> preflight.Preflight:
         """`remote`: sent over the API, so files beside the manifest are refused, not read."""
         settings = self.settings
+        from factory import preflight
+
         return preflight.check(
             parsed,
             lambda: open_store(settings.store_url, settings.s3),
@@ -409,6 +414,9 @@ class Operations:
         )
 
     def submit_checked(self, checked: preflight.Preflight, *, actor: str) -> Submitted:
+        from factory import preflight
+        from factory.submit import submit as submit_manifest
+
         if checked.uploads:
             settings = self.settings
             preflight.upload(checked, open_store(settings.store_url, settings.s3))

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 from factory.db.state import Job, JobStateMachine
 from factory.errors import BadInput, SpecConflict
-from factory.manifest import Manifest, is_local_path
 
 if TYPE_CHECKING:
     from factory.idempotency import SubmitTokens
+    from factory.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -32,6 +32,8 @@ def submit(
     store first (`factory.preflight`): a job never refers to a path on the submitting host.
     A new batch requires review if its manifest says `review: required` or the setting
     FACTORY_REVIEW does (``review_required``); an existing batch keeps what it had."""
+    from factory.manifest import is_local_path
+
     for index, video in enumerate(manifest.videos):
         local = [asset for asset in video.assets if is_local_path(asset)]
         if local:

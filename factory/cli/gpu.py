@@ -19,7 +19,6 @@ from rich.table import Table
 from factory.app import Factory
 from factory.config import Settings
 from factory.errors import BadInput
-from factory.manifest import load_manifest
 from factory.spec import DIFFUSERS_FAMILIES, ModelChoice
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -51,6 +50,7 @@ def preload(
     embeddings into the shared cache, so GPU workers load only the transformer and the VAE.
     Run it on every node (scripts/nightly.sh does, before submitting)."""
     from factory import preflight
+    from factory.manifest import load_manifest
     from factory.store import open_store
     from factory.store.assets import node_ring, open_asset_cache
 

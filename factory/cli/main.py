@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
-from factory import __version__, preflight
+from factory import __version__
 from factory.app import Factory
 from factory.cli import cluster as cli_cluster
 from factory.cli import forecast as cli_forecast
@@ -36,13 +36,16 @@ from factory.db import migrate
 from factory.db.session import Database
 from factory.db.state import Job
 from factory.errors import BadInput, FactoryError
-from factory.manifest import Manifest, load_manifest
 from factory.ops import JobView, Operations, event_dict, job_summary, local_actor
 from factory.retention import gc_note
 from factory.runview import RunDisplay, summary_table
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.store import S3Settings, open_store
-from factory.submit import Submitted
+
+if TYPE_CHECKING:  # imported where a manifest is read: `factory jobs` and `status` need none
+    from factory import preflight
+    from factory.manifest import Manifest
+    from factory.submit import Submitted
 
 try:  # typer >= 0.2x carries its own copy of click
     from typer.exceptions import TyperException as _CommandLineError
@@ -157,6 +160,9 @@ def validate(
 
 def _preflight(manifest: Path, batch: str | None) -> preflight.Preflight:
     """The manifest validated, its assets and model directories checked (warnings printed)."""
+    from factory import preflight
+    from factory.manifest import load_manifest
+
     parsed = load_manifest(manifest, batch=batch)
     settings = Settings.from_env()
     checked = preflight.check(

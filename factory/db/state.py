@@ -32,7 +32,6 @@ from factory.errors import (
     NoSuchJob,
     StaleAttempt,
 )
-from factory.manifest import StoredSpecError, revalidated_spec
 from factory.plan import segment_count
 from factory.redact import redact, redact_value
 from factory.redo import give
@@ -75,6 +74,8 @@ class Job:
     def video(self) -> VideoSpec:
         """The spec, checked again by the manifest rules: the database is not trusted to
         hold only what `factory submit` wrote (an id with `../` would reach work paths)."""
+        from factory.manifest import StoredSpecError, revalidated_spec  # (its rules, once used)
+
         spec = revalidated_spec(self.spec, self.job_id)
         if spec.batch != self.batch:
             raise StoredSpecError(f"job {self.job_id}: batch {self.batch!r} is not the spec's")
