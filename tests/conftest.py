@@ -10,6 +10,7 @@ import contextlib
 import io
 import logging
 import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -127,6 +128,26 @@ def tiny_model(tmp_path_factory) -> Callable[[str], Path]:
 
     root = session_folder(tmp_path_factory) / "tiny-models"
     return lambda name: cached(name, root)
+
+
+class HomeSnapshot:
+    """A FACTORY_HOME made once (a delivered batch, say) and put back as it was for each test
+    that reads or changes it. The home is restored at the path it was made at, because the
+    job records hold absolute file:// addresses into its store; the tests of one module run
+    one after another on one worker, so one path per module is enough."""
+
+    def __init__(self, folder: Path, make: Callable[[Path], None]) -> None:
+        self.home, self._pristine, self._make = folder / "home", folder / "pristine", make
+
+    def restore(self) -> Path:
+        if not self._pristine.exists():
+            shutil.rmtree(self.home, ignore_errors=True)
+            self._make(self.home)
+            shutil.copytree(self.home, self._pristine, symlinks=True)
+        else:
+            shutil.rmtree(self.home)
+            shutil.copytree(self._pristine, self.home, symlinks=True)
+        return self.home
 
 
 @pytest.fixture(scope="session", autouse=True)

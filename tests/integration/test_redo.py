@@ -30,7 +30,7 @@ from factory.spec import ModelChoice, VideoSpec
 from factory.stages import Stage
 from factory.store import keys
 from factory.submit import submit
-from tests.conftest import run_cli, run_cli_here
+from tests.conftest import HomeSnapshot, run_cli, run_cli_here
 from tests.integration.cluster import Cluster, manifest
 from tests.integration.test_pipeline import home_env, in_process
 
@@ -61,16 +61,30 @@ def digests(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def delivered_v1(tmp_path: Path) -> tuple[dict[str, str], Path]:
-    env = home_env(tmp_path / "home")
-    (tmp_path / "m.yaml").write_text(LONG)
-    done = run_cli_here("run", str(tmp_path / "m.yaml"), env=env, timeout=600)
+def _deliver_long(home: Path) -> None:
+    manifest = home.parent / "m.yaml"
+    manifest.write_text(LONG)
+    done = run_cli_here("run", str(manifest), env=home_env(home), timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
-    return env, tmp_path / "home" / "store"
 
 
-def test_a_redo_changes_only_its_range_and_delivers_version_2(tmp_path: Path) -> None:
-    env, store = delivered_v1(tmp_path)
+@pytest.fixture(scope="module")
+def v1_snapshot(tmp_path_factory) -> HomeSnapshot:
+    """redo.long delivered as version 1, made once for the module and put back for each test."""
+    return HomeSnapshot(tmp_path_factory.mktemp("redo-v1"), _deliver_long)
+
+
+@pytest.fixture
+def delivered_v1(v1_snapshot: HomeSnapshot, tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """(env, store) of a home where redo.long is delivered as version 1, never redone; its
+    manifest is tmp_path/m.yaml."""
+    home = v1_snapshot.restore()
+    (tmp_path / "m.yaml").write_text(LONG)
+    return home_env(home), home / "store"
+
+
+def test_a_redo_changes_only_its_range_and_delivers_version_2(delivered_v1, tmp_path: Path) -> None:
+    env, store = delivered_v1
     v1_records = attempts_of(env, "redo.long")
     v1_files = {p: digests(store / "redo/long/out" / p) for p in ("mobile.mp4", "compat.mp4")}
     chunks_before = {
@@ -209,14 +223,16 @@ def test_with_keyframes_at_segments_every_frame_outside_the_redone_segments_is_k
         assert {p.write_start for p in plans} <= keyframes
 
 
-def test_after_a_requeue_from_qc_a_redo_still_reuses_the_untouched_chunks(tmp_path: Path):
+def test_after_a_requeue_from_qc_a_redo_still_reuses_the_untouched_chunks(
+    delivered_v1, tmp_path: Path
+):
     """A requeue --from qc starts a new epoch but keeps the joined chunks; a redo after it
     must name its chunks by that joined epoch, or every chunk would be encoded again."""
-    env, store = delivered_v1(tmp_path)
+    env, store = delivered_v1
     requeued = json.loads(run_cli_here("requeue", "redo.long", "--from", "qc", "--json",
                                   env=env).stdout)  # fmt: skip
     assert requeued["stage"] == "qc"
-    _, ctx = in_process(tmp_path / "home")
+    _, ctx = in_process(Path(env["FACTORY_HOME"]))
     assert run_job(ctx, "redo.long", worker="t").stage is Stage.DONE
     before = {r: set((store / "redo/long/chunks" / r).iterdir()) for r in ("mobile", "compat")}
     plan = json.loads(run_cli_here("redo", "redo.long", "--range", "0:10-0:14", "--dry-run",
@@ -229,8 +245,8 @@ def test_after_a_requeue_from_qc_a_redo_still_reuses_the_untouched_chunks(tmp_pa
         assert len(made) == len(plan["chunks"]) == 2, rendition
 
 
-def test_a_redo_with_a_new_prompt_shows_it_in_the_range(tmp_path: Path) -> None:
-    env, store = delivered_v1(tmp_path)
+def test_a_redo_with_a_new_prompt_shows_it_in_the_range(delivered_v1, tmp_path: Path) -> None:
+    env, store = delivered_v1
     v1 = attempts_of(env, "redo.long")
     done = run_cli_here("redo", "redo.long", "--range", "20-24", "--prompt", "a red boat at dusk",
                    env=env, timeout=600)  # fmt: skip
@@ -281,8 +297,8 @@ def test_only_a_delivered_job_is_redone_and_one_redo_at_a_time(tmp_path: Path) -
     assert done.stage is Stage.DONE and done.version == plan.version == 2
 
 
-def test_a_redo_that_fails_qc_leaves_version_1_delivered(tmp_path: Path) -> None:
-    env, store = delivered_v1(tmp_path)
+def test_a_redo_that_fails_qc_leaves_version_1_delivered(delivered_v1, tmp_path: Path) -> None:
+    env, store = delivered_v1
     v1 = digests(store / "redo/long/out/mobile.mp4")
     strict = {**env, "FACTORY_QC_MIN_VMAF": "99.9"}
     failed = run_cli_here("redo", "redo.long", "--range", "3-5", env=strict, timeout=600)

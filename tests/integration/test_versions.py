@@ -17,7 +17,7 @@ from factory.errors import InvalidOperation
 from factory.ops import Operations
 from factory.stages import Stage
 from factory.store import keys
-from tests.conftest import run_cli_here
+from tests.conftest import HomeSnapshot, run_cli_here
 from tests.integration.test_pipeline import home_env
 
 TINY = (
@@ -47,6 +47,21 @@ def _delivered(tmp_path: Path, *, review: bool = False, database_url: str = "") 
         ops.approve("ver.clip", actor="test:alice")
     assert ops.job("ver.clip").stage is Stage.DONE
     return ops
+
+
+@pytest.fixture(scope="module")
+def plain_snapshot(tmp_path_factory) -> HomeSnapshot:
+    """ver.clip delivered as version 1 (no review, SQLite), made once for the module."""
+    return HomeSnapshot(tmp_path_factory.mktemp("ver-v1"), lambda home: _delivered(home.parent))
+
+
+@pytest.fixture
+def delivered(plain_snapshot: HomeSnapshot, tmp_path: Path) -> Operations:
+    """What _delivered(tmp_path) makes, put back from the module's snapshot: the home is the
+    snapshot's (ops.settings.home), the manifest is tmp_path/m.yaml."""
+    home = plain_snapshot.restore()
+    (tmp_path / "m.yaml").write_text(TINY.format(batch="ver", review=""))
+    return _ops(home)
 
 
 def _store(ops: Operations) -> Path:
@@ -94,9 +109,9 @@ def _lossless(ops: Operations) -> list:
 
 @pytest.mark.parametrize("start", ["deliver", "qc", "mux", "encode"])
 def test_a_requeue_after_a_redo_delivers_a_new_version_and_keeps_v1_and_v2(
-    tmp_path: Path, start: str
+    delivered: Operations, tmp_path: Path, start: str
 ) -> None:
-    ops = _delivered(tmp_path)
+    ops = delivered
     v1 = _version_files(ops, 1)
     _redo(ops)
     assert _current(ops) == 2
@@ -118,12 +133,14 @@ def test_a_requeue_after_a_redo_delivers_a_new_version_and_keeps_v1_and_v2(
     assert view["versions"][2]["segments_from"] == view["versions"][1]["segments_from"]
 
 
-def test_a_requeue_from_generate_after_gc_makes_the_current_version_again(tmp_path: Path) -> None:
-    ops = _delivered(tmp_path)
+def test_a_requeue_from_generate_after_gc_makes_the_current_version_again(
+    delivered: Operations, tmp_path: Path
+) -> None:
+    ops = delivered
     v1 = _version_files(ops, 1)
     _redo(ops)
     v2 = _version_files(ops, 2)
-    env = home_env(tmp_path / "home")
+    env = home_env(ops.settings.home)
     gone = run_cli_here("gc", "--older-than", "0", env=env)
     assert gone.returncode == 0, gone.stdout + gone.stderr
     ops.requeue("ver.clip", from_stage=Stage.GENERATE, actor="test:carol")
@@ -153,8 +170,10 @@ def test_a_rejected_redo_goes_back_to_the_version_delivered_before(tmp_path: Pat
     assert ops.job("ver.clip").stage is Stage.GENERATE
 
 
-def test_a_cancelled_redo_goes_back_to_the_version_delivered_before(tmp_path: Path) -> None:
-    ops = _delivered(tmp_path)
+def test_a_cancelled_redo_goes_back_to_the_version_delivered_before(
+    delivered: Operations, tmp_path: Path
+) -> None:
+    ops = delivered
     v1 = _version_files(ops, 1)
     ops.redo("ver.clip", range_text="0:01-0:02", actor="test:bob", seed=77)
     job = ops.cancel("ver.clip", reason="wrong range", actor="test:bob")
@@ -198,9 +217,9 @@ def test_a_stale_redo_plan_cannot_write_a_delivered_version(tmp_path: Path, pg_u
 
 
 def test_a_delivery_that_dies_part_way_leaves_no_mixed_version(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    delivered: Operations, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ops = _delivered(tmp_path)
+    ops = delivered
     v1 = _version_files(ops, 1)
     ops.requeue("ver.clip", from_stage=Stage.DELIVER, actor="test:carol")
     from factory.store.file import FileStore
@@ -237,11 +256,13 @@ def test_a_delivery_that_dies_part_way_leaves_no_mixed_version(
         assert path.is_relative_to(store / "ver/clip/v2"), name
 
 
-def test_a_plain_requeue_starts_the_interruption_count_again(tmp_path: Path) -> None:
+def test_a_plain_requeue_starts_the_interruption_count_again(
+    delivered: Operations, tmp_path: Path
+) -> None:
     """A job waiting for the sweeper after an interruption, requeued by hand: the give-up
     clock starts again (it used to keep `since` from the first interruption, so after a long
     outage the first transient error failed the job with NoProgress)."""
-    ops = _delivered(tmp_path)
+    ops = delivered
     ops.requeue("ver.clip", from_stage=Stage.QC, actor="test:carol")
     job = ops.machine.claim("ver.clip", seen_attempt=ops.job("ver.clip").attempt, worker="w")
     job = ops.machine.interrupt("ver.clip", attempt=job.attempt, reason="gateway down")
@@ -251,9 +272,10 @@ def test_a_plain_requeue_starts_the_interruption_count_again(tmp_path: Path) -> 
 
 
 def test_a_requeue_from_generate_after_a_joined_redo_makes_the_same_frames(
+    delivered: Operations,
     tmp_path: Path,
 ) -> None:
-    ops = _delivered(tmp_path)
+    ops = delivered
     _redo(ops)  # segments 0-1 made again, joined into segment 2
 
     v2 = _lossless(ops)
@@ -265,11 +287,13 @@ def test_a_requeue_from_generate_after_a_joined_redo_makes_the_same_frames(
         assert (before == after).all(), f"segment {index} differs from the current version's"
 
 
-def test_a_regeneration_after_gc_replays_joins_into_joined_segments(tmp_path: Path) -> None:
+def test_a_regeneration_after_gc_replays_joins_into_joined_segments(
+    delivered: Operations, tmp_path: Path
+) -> None:
     """Two joined redos, the second joined into a segment the first made: making the video
     again from nothing makes each segment's past again (segment 2 as the first run made it,
     segment 1 as the first redo made it), not the same frames with today's seeds."""
-    ops = _delivered(tmp_path)
+    ops = delivered
     ops.redo("ver.clip", range_text="0:02-0:03", actor="test:bob", seed=31)  # 1, into 2
     ops.run_here("ver.clip", "redo")
     ops.redo("ver.clip", range_text="0:00.5-0:01", actor="test:bob", seed=47)  # 0, into 1
@@ -277,7 +301,7 @@ def test_a_regeneration_after_gc_replays_joins_into_joined_segments(tmp_path: Pa
     assert _current(ops) == 3
 
     v3 = _lossless(ops)
-    gone = run_cli_here("gc", "--older-than", "0", env=home_env(tmp_path / "home"))
+    gone = run_cli_here("gc", "--older-than", "0", env=home_env(ops.settings.home))
     assert gone.returncode == 0, gone.stdout + gone.stderr
     ops.requeue("ver.clip", from_stage=Stage.GENERATE, actor="test:carol")
     ops.run_here("ver.clip", "requeue")
@@ -293,9 +317,11 @@ def test_a_regeneration_after_gc_replays_joins_into_joined_segments(tmp_path: Pa
     assert sorted(made_again) == [(0, 0), (0, 1), (0, 2), (1, 1)]
 
 
-def test_an_embedded_requeue_says_what_runs_it_and_factory_run_does(tmp_path: Path) -> None:
-    ops = _delivered(tmp_path)
-    env = home_env(tmp_path / "home")
+def test_an_embedded_requeue_says_what_runs_it_and_factory_run_does(
+    delivered: Operations, tmp_path: Path
+) -> None:
+    ops = delivered
+    env = home_env(ops.settings.home)
     requeued = run_cli_here("requeue", "ver.clip", "--from", "deliver", env=env)
     assert requeued.returncode == 0, requeued.stdout + requeued.stderr
     assert "nothing runs it until `factory run MANIFEST`" in requeued.stderr
