@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from factory.generate.gpu_memory import MemoryReading, MemorySource
+from factory.gpu.memory import MemoryReading, MemorySource
 from factory.redact import redact
 
 log = logging.getLogger("factory.health")

@@ -15,7 +15,7 @@ from typing import Any
 import redis
 from celery import signals
 
-from factory.generate.gpu_memory import open_memory_source
+from factory.gpu.memory import open_memory_source
 from factory.health import Governor, HealthServer, Readiness
 from factory.redact import register_secrets
 

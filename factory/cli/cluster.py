@@ -161,7 +161,7 @@ def _gpu_device(settings: Settings, gpu: int) -> str:
 def _pin_to(cpus: str) -> None:
     """Keep this process (and the Celery worker it becomes) on these CPUs, as far as this
     machine or container has them."""
-    from factory.generate.topology import parse_cpu_list
+    from factory.gpu.topology import parse_cpu_list
 
     try:
         wanted = set(parse_cpu_list(cpus))

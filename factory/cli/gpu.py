@@ -272,7 +272,7 @@ def gpu_report(
 
     factory = Factory.open(Settings.from_env())
     settings = factory.settings
-    from factory.gpu_report import gpu_rows
+    from factory.gpu.report import gpu_rows
 
     rows = gpu_rows(factory.database)
     cache = open_embedding_cache(
@@ -328,6 +328,6 @@ def gpu_report(
 
 
 def _cache_summary(stats: Any) -> Any:
-    from factory.gpu_report import cache_summary  # (redis: imported when the cache is read)
+    from factory.gpu.report import cache_summary  # (redis: imported when the cache is read)
 
     return cache_summary(stats)

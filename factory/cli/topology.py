@@ -19,9 +19,9 @@ from factory.app import Factory
 from factory.cli.gpu import gpu_app
 from factory.config import Settings
 from factory.errors import BadInput
-from factory.generate.topology import Topology, TopologyError, parse_topology, probe
-from factory.gpu_pool import Child, GpuPool
-from factory.gpu_registry import GpuNode, GpuRegistry, Placement, place_on
+from factory.gpu.pool import Child, GpuPool
+from factory.gpu.registry import GpuNode, GpuRegistry, Placement, place_on
+from factory.gpu.topology import Topology, TopologyError, parse_topology, probe
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

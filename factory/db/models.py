@@ -223,7 +223,7 @@ gpu_nodes = Table(
     "gpu_nodes",
     metadata,
     Column("host", String(255), primary_key=True),
-    Column("topology", Json, nullable=False),  # factory.generate.topology.Topology.to_dict()
+    Column("topology", Json, nullable=False),  # factory.gpu.topology.Topology.to_dict()
     Column("queues", Json, nullable=False),  # {"0": "gpu.<host>.0", …}
     Column("recorded_at", UtcDateTime, nullable=False),
 )

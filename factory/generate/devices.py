@@ -13,7 +13,7 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 
-from factory.generate.topology import QUERY_GPUS, TopologyError, parse_gpu_list
+from factory.gpu.topology import QUERY_GPUS, TopologyError, parse_gpu_list
 
 # CUDA_VISIBLE_DEVICES values that hide every GPU.
 _HIDDEN = {"", "-1", "none", "void", "nodevfiles"}

@@ -17,7 +17,7 @@ import pytest
 import requests
 from celery import Celery
 
-from factory.gpu_registry import GpuRegistry
+from factory.gpu.registry import GpuRegistry
 from factory.stages import Stage
 from tests.conftest import run_cli
 from tests.integration.cluster import BROKER, Cluster, manifest

@@ -22,7 +22,7 @@ from factory import metrics
 from factory.db import migrate
 from factory.db.session import Database
 from factory.db.state import JobStateMachine
-from factory.generate.gpu_memory import NoMemory
+from factory.gpu.memory import NoMemory
 from factory.health import HealthServer, Readiness
 from factory.manifest import parse_manifest
 from factory.stages import Stage

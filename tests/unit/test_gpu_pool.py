@@ -7,7 +7,7 @@ import sys
 import threading
 import time
 
-from factory.gpu_pool import GIVE_UP_AFTER, Child, GpuPool
+from factory.gpu.pool import GIVE_UP_AFTER, Child, GpuPool
 
 
 def test_gives_up_when_every_worker_dies_at_start():

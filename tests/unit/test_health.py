@@ -17,7 +17,7 @@ import requests
 from factory import health_settings, metrics
 from factory.config import Settings
 from factory.errors import ConfigError
-from factory.generate.gpu_memory import FileMemory, NoMemory, open_memory_source
+from factory.gpu.memory import FileMemory, NoMemory, open_memory_source
 from factory.health import HealthServer, Readiness
 from factory.health_settings import HealthSettings
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from factory.generate.topology import (
+from factory.gpu.topology import (
     GpuInfo,
     Topology,
     TopologyError,

@@ -19,7 +19,7 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("factory.gpu_pool")  # its name before issue 36
 
 FIRST_PAUSE = 1.0
 LONGEST_PAUSE = 60.0

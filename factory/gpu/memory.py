@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("factory.generate.gpu_memory")  # its name before issue 36
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from sqlalchemy import delete, insert, select
 
 from factory.db.models import gpu_nodes, utcnow
 from factory.db.session import Database
-from factory.generate.topology import Topology
+from factory.gpu.topology import Topology
 
 
 @dataclass(frozen=True)
