@@ -11,7 +11,7 @@ from factory.db.session import Database
 from factory.db.state import JobStateMachine
 
 if TYPE_CHECKING:
-    from factory.idempotency import SubmitTokens
+    from factory.infra.idempotency import SubmitTokens
 
 
 @dataclass
@@ -33,7 +33,7 @@ class Factory:
             ensure_schema(database, auto_upgrade=settings.is_embedded_database)
         tokens = None
         if settings.redis_url:  # (redis is imported only where it is used)
-            from factory.idempotency import SubmitTokens
+            from factory.infra.idempotency import SubmitTokens
 
             tokens = SubmitTokens(settings.redis_url, settings.submit_token_ttl)
         return cls(settings, database, JobStateMachine(database), tokens)

@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from factory.alerts_settings import WebhookSettings
 from factory.confinement import Confinement, confinement_from_env
-from factory.console_settings import ConsoleSettings
-from factory.console_settings import parse as _console
 from factory.errors import ConfigError
 from factory.generate.memory import MemoryPolicy
-from factory.health_settings import HealthSettings
-from factory.health_settings import parse as _health
+from factory.infra.alerts_settings import WebhookSettings
+from factory.infra.health_settings import HealthSettings
+from factory.infra.health_settings import parse as _health
+from factory.infra.redact import redact
 from factory.qc.thresholds import ENV_NAMES, QcThresholds
-from factory.redact import redact
 from factory.store.s3_settings import MIB, S3Settings, split_url
+from factory.web.settings import ConsoleSettings
+from factory.web.settings import parse as _console
 
 _SUPPORTED_DATABASES = ("sqlite", "postgresql")
 _SUPPORTED_STORES = ("file", "s3")

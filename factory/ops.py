@@ -23,7 +23,6 @@ from sqlalchemy import Integer, func, literal, select, tuple_
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.functions import FunctionElement
 
-from factory.alerts import after_terminal, open_alerter
 from factory.app import Factory
 from factory.db.models import batches, jobs
 from factory.db.state import Event, Job, SegmentRecord, VersionRecord
@@ -38,6 +37,7 @@ from factory.forecast import (
     parse_window,
     segment_estimate,
 )
+from factory.infra.alerts import after_terminal, open_alerter
 from factory.redo import RedoPlan, parse_range, plan_redo
 from factory.retention import gc_note
 from factory.spec import VideoSpec

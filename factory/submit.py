@@ -9,7 +9,7 @@ from factory.db.state import Job, JobStateMachine
 from factory.errors import BadInput, SpecConflict
 
 if TYPE_CHECKING:
-    from factory.idempotency import SubmitTokens
+    from factory.infra.idempotency import SubmitTokens
     from factory.manifest import Manifest
 
 

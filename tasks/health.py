@@ -1,10 +1,10 @@
-"""The worker's health endpoint (factory/health.py), started in the worker's main process
+"""The worker's health endpoint (factory/infra/health.py), started in the worker's main process
 once it is ready: liveness from the broker, readiness from the GPU's memory, which pauses
 and resumes the worker's own queues through Celery's remote control (handled by the
 worker's own event loop, so nothing touches the consumer from another thread).
 
 The scrape-time reads (jobs by stage, queue depths) go through one pooled database connection
-and one Redis client made here once, and are cached (factory/metrics.py)."""
+and one Redis client made here once, and are cached (factory/infra/metrics.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import redis
 from celery import signals
 
 from factory.gpu.memory import open_memory_source
-from factory.health import Governor, HealthServer, Readiness
-from factory.redact import register_secrets
+from factory.infra.health import Governor, HealthServer, Readiness
+from factory.infra.redact import register_secrets
 
 log = logging.getLogger("factory.worker")
 _started: dict[str, Any] = {}
@@ -57,7 +57,7 @@ def _start_health(sender: Any = None, **_: Any) -> None:
             return f"broker unreachable: {error}"
         return None
 
-    from factory.metrics import (
+    from factory.infra.metrics import (
         ClusterCollector,
         add_collector,
         exposition,

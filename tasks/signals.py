@@ -10,7 +10,7 @@ from typing import Any
 
 from celery import signals
 
-from factory import logs
+from factory.infra import logs
 from factory.spec import ModelChoice
 from tasks import broker
 from tasks.queues import ALIVE_PREFIX, GPU_SHARED

@@ -323,7 +323,7 @@ def _close_s3_stores() -> Iterator[None]:
 @pytest.fixture(scope="session")
 def s3_stand(tmp_path_factory) -> Iterator:
     """moto's S3 server behind nginx with client-certificate verification (tests/s3stand.py)."""
-    from factory import redact
+    from factory.infra import redact
     from tests.s3stand import ACCESS_KEY, SECRET_KEY, S3Stand
 
     os.environ.update(AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,

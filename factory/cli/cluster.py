@@ -21,7 +21,7 @@ from rich.table import Table
 from factory.config import Settings
 from factory.db.state import Job
 from factory.errors import BadInput
-from factory.redact import redact, register_secrets
+from factory.infra.redact import redact, register_secrets
 from factory.stages import Stage
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)

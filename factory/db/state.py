@@ -32,8 +32,8 @@ from factory.errors import (
     NoSuchJob,
     StaleAttempt,
 )
+from factory.infra.redact import redact, redact_value
 from factory.plan import segment_count
-from factory.redact import redact, redact_value
 from factory.redo import give
 from factory.spec import VideoSpec
 from factory.stages import (

@@ -34,7 +34,6 @@ from typing import Any
 
 import numpy as np
 
-from factory import stopping
 from factory.errors import PermanentError
 from factory.generate import memory
 from factory.generate.attention import Capabilities, choose
@@ -42,6 +41,7 @@ from factory.generate.base import Frames, PromptEmbedding, SegmentSpec
 from factory.generate.families import Family, family_of
 from factory.generate.guard import check_float_output
 from factory.generate.model_dir import check_model_dir
+from factory.infra import stopping
 from factory.spec import ModelChoice
 
 log = logging.getLogger(__name__)

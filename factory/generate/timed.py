@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from factory import stopping
 from factory.generate.base import Frames, PromptEmbedding, SegmentSpec
 from factory.generate.procedural import ProceduralGenerator
+from factory.infra import stopping
 
 
 class TimedGenerator:

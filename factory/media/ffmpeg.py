@@ -14,8 +14,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING
 
-from factory import stopping
 from factory.errors import MediaError
+from factory.infra import stopping
 
 if TYPE_CHECKING:
     import numpy as np
@@ -34,7 +34,7 @@ def ffmpeg_exe() -> str:
 def run(argv: Sequence[str], *, timeout: float | None = None) -> None:
     """Run one ffmpeg command; a non-zero exit raises MediaError with the stderr tail.
 
-    While it runs, the holder's stop signal (factory.stopping) is polled: a worker that lost
+    While it runs, the holder's stop signal (factory.infra.stopping) is polled: a worker that lost
     its job kills ffmpeg and stops instead of encoding on for minutes."""
     signal = stopping.current()
     with tempfile.TemporaryFile() as stderr:

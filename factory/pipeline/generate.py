@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from factory import metrics, stopping
 from factory.db.state import Job, SegmentRecord
 from factory.errors import PermanentError
 from factory.generate import Generator, PromptEmbedding, SegmentSpec, segment_seed
 from factory.generate.guard import check_frames
+from factory.infra import metrics, stopping
 from factory.media.intermediate import read_frames, read_tail, write_segment, write_tail
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from factory.alerts import Alerter, WebhookSettings
 from factory.db.state import JobStateMachine
+from factory.infra.alerts import Alerter, WebhookSettings
 from tests.conftest import embedded_env, run_cli
 
 TOKEN = "whk-test-token-8c1d5e"

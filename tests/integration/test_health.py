@@ -18,12 +18,12 @@ import redis
 import requests
 from sqlalchemy.engine import make_url
 
-from factory import metrics
 from factory.db import migrate
 from factory.db.session import Database
 from factory.db.state import JobStateMachine
 from factory.gpu.memory import NoMemory
-from factory.health import HealthServer, Readiness
+from factory.infra import metrics
+from factory.infra.health import HealthServer, Readiness
 from factory.manifest import parse_manifest
 from factory.stages import Stage
 from tasks.health import _queue_depths

@@ -232,7 +232,7 @@ def test_no_secret_reaches_logs_or_errors(s3_stand, bucket, store, tmp_path, cap
         messages.append(str(exc))
     finally:
         s3_stand.start_gateway()
-    from factory.redact import RedactingFilter
+    from factory.infra.redact import RedactingFilter
 
     redacting = RedactingFilter()
     text = "\n".join(messages)

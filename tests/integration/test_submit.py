@@ -17,7 +17,7 @@ from factory.db.models import batches, job_events, jobs
 from factory.db.session import Database
 from factory.db.state import JobStateMachine
 from factory.errors import SpecConflict
-from factory.idempotency import KEY_PREFIX, SubmitTokens
+from factory.infra.idempotency import KEY_PREFIX, SubmitTokens
 from factory.manifest import parse_manifest
 from factory.submit import submit
 from tests.conftest import REPO, manifest_text

@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 import requests
 
-from factory.console_settings import parse as parse_console_settings
 from factory.errors import ConfigError
 from factory.web.auth import WINDOW_SECONDS, SignInLimiter
 from factory.web.guard import MAX_STREAMS
+from factory.web.settings import parse as parse_console_settings
 from tests.conftest import embedded_env
 from tests.console_site import Site, serve_site, stop_site
 

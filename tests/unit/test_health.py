@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import requests
 
-from factory import health_settings, metrics
 from factory.config import Settings
 from factory.errors import ConfigError
 from factory.gpu.memory import FileMemory, NoMemory, open_memory_source
-from factory.health import HealthServer, Readiness
-from factory.health_settings import HealthSettings
+from factory.infra import health_settings, metrics
+from factory.infra.health import HealthServer, Readiness
+from factory.infra.health_settings import HealthSettings
 
 
 def test_readiness_pauses_above_the_limit_and_resumes_clearly_below(tmp_path: Path) -> None:

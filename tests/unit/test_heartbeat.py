@@ -10,9 +10,9 @@ import time
 import pytest
 from sqlalchemy.exc import InternalError
 
-from factory import stopping
 from factory.errors import StaleAttempt
-from factory.heartbeat import Heartbeat
+from factory.infra import stopping
+from factory.infra.heartbeat import Heartbeat
 
 
 class Beats:

@@ -6,7 +6,7 @@ import io
 import json
 import logging
 
-from factory import logs, redact
+from factory.infra import logs, redact
 
 PEM = "-----BEGIN PRIVATE KEY-----\nMIGHAgEAMBMGByqGSM49AgEGCCqGSM49\n-----END PRIVATE KEY-----"
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import redis
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("factory.idempotency")  # its name before issue 36
 
 KEY_PREFIX = "factory:submit:"
 

@@ -4,12 +4,13 @@
 - `GET /readyz`: 200 while the GPU's memory in use is below FACTORY_READY_GPU_MEMORY (95 %);
   503 above it. Above it the worker also stops consuming its queues, so no new segment lands
   on a card about to run out of memory; it resumes once usage falls 5 points below.
-- `GET /metrics`: Prometheus metrics (factory/metrics.py); with a token set
+- `GET /metrics`: Prometheus metrics (factory/infra/metrics.py); with a token set
   (FACTORY_METRICS_TOKEN), only for `Authorization: Bearer <token>`, 401 otherwise.
 
 At most `max_requests` requests are handled at once, each in its own thread and cut off
 after `timeout` seconds; beyond that the accepting thread answers 503 itself, so a flood of
-connections costs no thread and no database connection (the settings: factory/health_settings.py).
+connections costs no thread and no database connection (the settings:
+factory/infra/health_settings.py).
 
 Nothing here knows Celery: the worker passes in how to check its broker and how to pause and
 resume its queues (tasks/health.py).
@@ -31,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from factory.gpu.memory import MemoryReading, MemorySource
-from factory.redact import redact
+from factory.infra.redact import redact
 
 log = logging.getLogger("factory.health")
 HYSTERESIS = 0.05

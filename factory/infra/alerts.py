@@ -7,7 +7,7 @@ refused. The URL must be https:// (http:// only to this host, for tests). Every 
 has a `text` line, so Slack, Mattermost and Teams-style incoming webhooks show it as is.
 Connection errors, timeouts, 429 and 5xx are retried with backoff (FACTORY_WEBHOOK_ATTEMPTS,
 5; FACTORY_WEBHOOK_BACKOFF, 1 s doubling); an alert that still cannot be delivered is
-logged, never raised: alerts never fail a job. Payloads pass through factory/redact.py.
+logged, never raised: alerts never fail a job. Payloads pass through factory/infra/redact.py.
 
 A batch's completion alert goes out once: the first process to see every job of the batch
 terminal marks `batches.notified_at` (a compare-and-set) and sends it.
@@ -24,9 +24,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from factory.alerts_settings import WebhookSettings
 from factory.db.state import Job, JobStateMachine
-from factory.redact import redact_value, register_secrets
+from factory.infra.alerts_settings import WebhookSettings
+from factory.infra.redact import redact_value, register_secrets
 from factory.stages import Stage
 
 if TYPE_CHECKING:

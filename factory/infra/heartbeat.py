@@ -2,7 +2,7 @@
 sweeper knows the job is alive.
 
 The beat is also how a holder learns that it must stop, and it stops the work at once (the
-``StopSignal`` of ``factory.stopping``, checked between steps):
+``StopSignal`` of ``factory.infra.stopping``, checked between steps):
 
 - the job was taken away (cancelled, requeued, recovered by the sweeper): the beat's fenced
   write finds zero rows;
@@ -20,12 +20,12 @@ import time
 from collections.abc import Callable
 from types import TracebackType
 
-from factory import stopping
 from factory.db.state import JobStateMachine
 from factory.errors import StaleAttempt
-from factory.redact import redact
+from factory.infra import stopping
+from factory.infra.redact import redact
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("factory.heartbeat")  # its name before issue 36
 
 
 class Heartbeat:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
-from factory.redact import RedactingFilter
+from factory.infra.redact import RedactingFilter
 
 trace_id: contextvars.ContextVar[str] = contextvars.ContextVar("trace_id", default="-")
 job_id: contextvars.ContextVar[str] = contextvars.ContextVar("job_id", default="-")

@@ -1,4 +1,4 @@
-"""Where alerts go (FACTORY_WEBHOOK_*); read by factory.config, used by factory.alerts."""
+"""Where alerts go (FACTORY_WEBHOOK_*); read by factory.config, used by factory.infra.alerts."""
 
 from __future__ import annotations
 
