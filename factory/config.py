@@ -19,13 +19,13 @@ from factory.confinement import Confinement, confinement_from_env
 from factory.errors import ConfigError
 from factory.generate.memory import MemoryPolicy
 from factory.infra.alerts_settings import WebhookSettings
+from factory.infra.console_settings import ConsoleSettings
+from factory.infra.console_settings import parse as _console
 from factory.infra.health_settings import HealthSettings
 from factory.infra.health_settings import parse as _health
 from factory.infra.redact import redact
 from factory.qc.thresholds import ENV_NAMES, QcThresholds
 from factory.store.s3_settings import MIB, S3Settings, split_url
-from factory.web.settings import ConsoleSettings
-from factory.web.settings import parse as _console
 
 _SUPPORTED_DATABASES = ("sqlite", "postgresql")
 _SUPPORTED_STORES = ("file", "s3")

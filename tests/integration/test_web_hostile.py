@@ -17,9 +17,9 @@ import pytest
 import requests
 
 from factory.errors import ConfigError
+from factory.infra.console_settings import parse as parse_console_settings
 from factory.web.auth import WINDOW_SECONDS, SignInLimiter
 from factory.web.guard import MAX_STREAMS
-from factory.web.settings import parse as parse_console_settings
 from tests.conftest import embedded_env
 from tests.console_site import Site, serve_site, stop_site
 
