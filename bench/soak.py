@@ -47,6 +47,7 @@ sys.path.insert(0, str(REPO))
 from factory.errors import BadInput  # noqa: E402
 from factory.ops import Operations  # noqa: E402
 from factory.stages import Stage  # noqa: E402
+from tasks.dispatch import BrokerDispatcher  # noqa: E402
 from tests.conftest import run_cli  # noqa: E402
 from tests.integration.cluster import Cluster, manifest, new_cluster  # noqa: E402
 
@@ -98,6 +99,10 @@ class Invariants:
         if what not in self.violations:
             self.violations.append(what)
             print(f"  VIOLATION {what}", flush=True)
+
+
+def not_sent(found: list, exc: Exception) -> None:
+    print(f"broker away: {len(found)} job(s) left for the sweeper ({exc})", flush=True)
 
 
 def act(rng: random.Random, cluster: Cluster, ops: Operations, job_ids: list[str],
@@ -180,7 +185,10 @@ def main() -> int:
         reviewed.write_text("review: required\n" + reviewed.read_text())
         job_ids = cluster.submit(plain) + cluster.submit(reviewed)
         os.environ.update(cluster.env)
-        ops = Operations(cluster.factory())
+        ops = Operations(
+            cluster.factory(),
+            dispatcher=BrokerDispatcher(cluster.factory().settings, on_outage=not_sent),
+        )
         invariants = Invariants(cluster.home / "store")
         taken: Counter = Counter()
         refused: Counter = Counter()

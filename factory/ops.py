@@ -1,7 +1,12 @@
 """The operations the CLI and `factory serve` share: reading batches and jobs, submitting
 manifests, and the operator actions (requeue, cancel, approve, reject), each recorded in the
 job's events with who did it. The rules live here once; the state machine stays the only
-writer of a job's stage."""
+writer of a job's stage.
+
+Every interface calls this and nothing below it. Where accepted work goes is injected by
+each composition root as a `Dispatcher`: the CLI and `factory serve` with a broker pass
+tasks.dispatch.BrokerDispatcher, `factory serve` without one its LocalRunner; with none,
+work is only recorded (the embedded CLI runs it here: `in_process`, `run_here`)."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import dataclasses
 import json
 import logging
 import os
+import secrets
 import socket
 import threading
 import time
@@ -46,6 +52,7 @@ from factory.store import open_store
 
 if TYPE_CHECKING:  # manifests, preflight and submit are imported where a manifest is read
     from factory import preflight
+    from factory.config import Settings
     from factory.manifest import Manifest
     from factory.submit import Submitted
 
@@ -155,9 +162,10 @@ class JobView:
             "gc": gc_note(job),
             "seams": self.seams,
             "checks": self.checks,
-            "segments_made": [
-                {"index": i, "attempt": r.attempt, "seconds": r.seconds, "memory": r.memory}
-                for i, r in sorted(self.segments.items())
+            "actions": sorted(job.actions),
+            "segments_made": [  # every segment's whole record
+                {k: v for k, v in dataclasses.asdict(r).items() if v is not None}
+                for _, r in sorted(self.segments.items())
             ],
         }
 
@@ -351,18 +359,24 @@ class Operations:
         range_text: str,
         actor: str,
         seed: int | None = None,
+        new_seed: bool = False,
         prompt: str | None = None,
         reason: str = "",
         cascade: bool = False,
     ) -> tuple[RedoPlan, Job]:
         """Start a redo: the plan's segments made again (new seed and/or prompt), joined,
-        encoded, checked and delivered as a new version; sent to the workers, or left for
-        the caller to run in-process when nothing is injected and there is no broker (`run_here`);
-        `factory serve` injects its runner."""
+        encoded, checked and delivered as a new version; handed to the dispatcher, or left
+        for the caller to run in-process when none is injected (`run_here`). Without a seed
+        the range gets a new random one unless only its prompt changes (then it keeps its
+        seeds); the job's progress.redo.seed says which was used."""
         if prompt is not None and not prompt.strip():
             raise BadInput("must not be empty", field="--prompt")
         if prompt is not None and len(prompt) > 2000:
             raise BadInput("is longer than 2000 characters", field="--prompt")
+        if seed is not None and new_seed:
+            raise BadInput("give --new-seed or --seed N, not both", field="--seed")
+        if seed is None and (new_seed or not prompt):
+            seed = secrets.randbits(31)  # a new look unless only the prompt changes
         _, plan = self.redo_plan(job_id, range_text=range_text, cascade=cascade)
         job = self.machine.start_redo(job_id, plan=plan.to_dict(), seed=seed,
                                       prompt=prompt.strip() if prompt else None,
@@ -402,16 +416,7 @@ class Operations:
 
     def check(self, parsed: Manifest, *, remote: bool = False) -> preflight.Preflight:
         """`remote`: sent over the API, so files beside the manifest are refused, not read."""
-        settings = self.settings
-        from factory import preflight
-
-        return preflight.check(
-            parsed,
-            lambda: open_store(settings.store_url, settings.s3),
-            confinement=settings.confinement,
-            s3=settings.s3,
-            allow_local=not remote,
-        )
+        return check_manifest(parsed, self.settings, remote=remote)
 
     def submit_checked(self, checked: preflight.Preflight, *, actor: str) -> Submitted:
         from factory import preflight
@@ -484,8 +489,6 @@ class Operations:
             return
         if self._dispatcher is not None:
             self._dispatcher(found)
-        elif self.settings.broker_url:
-            celery_dispatch(found)
 
     def _recent_history(self) -> History:
         with self._history_lock:
@@ -510,14 +513,21 @@ class Operations:
         return checks
 
 
-def celery_dispatch(found: list[Job]) -> None:
-    """Send jobs to the workers; a broker that is away leaves them for the sweeper (raises
-    nothing: the jobs are recorded, and the sweeper sends them within FACTORY_STALE_AFTER)."""
-    from tasks.app import app as celery_app  # only here: the rest of factory/ needs no Celery
-    from tasks.dispatch import dispatch
+def check_manifest(
+    parsed: Manifest, settings: Settings, *, remote: bool = False
+) -> preflight.Preflight:
+    """The one preflight (`factory validate`, submit, `factory run`, the API): every asset
+    and model directory the manifest names, checked against this host and its store; needs
+    no database, so validating writes nothing."""
+    from factory import preflight
 
-    for job in found:
-        dispatch(celery_app, job)
+    return preflight.check(
+        parsed,
+        lambda: open_store(settings.store_url, settings.s3),
+        confinement=settings.confinement,
+        s3=settings.s3,
+        allow_local=not remote,
+    )
 
 
 def job_summary(job: Job) -> dict[str, Any]:

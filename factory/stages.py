@@ -74,6 +74,35 @@ def order(stage: Stage) -> int:
     return PIPELINE.index(stage)
 
 
+class Action(StrEnum):
+    """What an operator may do to a job (the CLI's commands, the API's and console's)."""
+
+    APPROVE = "approve"
+    REJECT = "reject"
+    REQUEUE = "requeue"
+    REDO = "redo"
+    CANCEL = "cancel"
+
+
+def allowed_actions(
+    stage: Stage, *, redo_to_drop: bool = False, collected: bool = False
+) -> frozenset[Action]:
+    """The one table of what may be done in each stage: the state machine refuses the rest,
+    the CLI's next step names these and the console shows a button for each.
+
+    `redo_to_drop`: a redo is running or stopped in the job, recorded with the version to go
+    back to (a cancel drops it, even once it failed). `collected`: gc removed what a redo
+    continues from (a requeue --from generate makes the video again instead)."""
+    allowed = {Action.REQUEUE}  # from a stage it reached, or where it stopped
+    if stage is Stage.REVIEW:
+        allowed |= {Action.APPROVE, Action.REJECT}
+    if stage is Stage.DONE and not collected:
+        allowed.add(Action.REDO)
+    if not stage.is_terminal or (redo_to_drop and stage is Stage.FAILED):
+        allowed.add(Action.CANCEL)
+    return frozenset(allowed)
+
+
 # What each stage writes into `progress`; a requeue from a stage clears it and everything after.
 STAGE_KEYS: dict[Stage, tuple[str, ...]] = {
     # (and the job's `job_segments` rows, which requeue deletes with them)

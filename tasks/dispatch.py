@@ -3,8 +3,11 @@ message headers (they follow it into every log line and event)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from celery import Celery, chain
 
+from factory.config import Settings
 from factory.db.state import Job
 from factory.stages import Stage
 from tasks.queues import CPU, GPU_SHARED
@@ -56,3 +59,29 @@ def dispatch(app: Celery, job: Job) -> None:
         send_segment(app, job)
     elif job.stage in CPU_STAGES:
         send_cpu_chain(app, job)
+
+
+class BrokerDispatcher:
+    """The Operations dispatcher of every process that has a broker (the CLI, `factory
+    serve`, the benches): each job goes to the workers from its recorded stage, through a
+    Celery app built from the settings given (not from this process's environment). A broker
+    that is away is not the operator's failure: the action is recorded, `on_outage` says so,
+    and the sweeper sends the jobs within FACTORY_STALE_AFTER of the broker's return."""
+
+    def __init__(
+        self, settings: Settings, on_outage: Callable[[list[Job], Exception], None]
+    ) -> None:
+        self._settings = settings
+        self._on_outage = on_outage
+        self._app: Celery | None = None
+
+    def __call__(self, found: list[Job]) -> None:
+        if self._app is None:
+            from tasks.app import make_app
+
+            self._app = make_app(self._settings)
+        try:
+            for job in found:
+                dispatch(self._app, job)
+        except Exception as exc:  # kombu's errors have no common base with the socket's
+            self._on_outage(found, exc)

@@ -6,24 +6,21 @@ naming the field; 1 any other failure. No traceback unless `--debug`.
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import socket
 import sys
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from factory import __version__
-from factory.app import Factory
 from factory.cli import cluster as cli_cluster
+from factory.cli import common
 from factory.cli import forecast as cli_forecast
 from factory.cli import gc as cli_gc
 from factory.cli import gpu as cli_gpu
@@ -31,19 +28,20 @@ from factory.cli import qc as cli_qc
 from factory.cli import redo as cli_redo
 from factory.cli import serve as cli_serve
 from factory.cli import topology as cli_topology
-from factory.config import Settings
+from factory.cli.common import err, out
 from factory.db import migrate
 from factory.db.session import Database
 from factory.db.state import Job
 from factory.errors import BadInput, FactoryError
-from factory.ops import JobView, Operations, event_dict, job_summary, local_actor
+from factory.ops import JobView, check_manifest, event_dict, job_summary, local_actor
 from factory.retention import gc_note
 from factory.runview import RunDisplay, summary_table
-from factory.stages import REQUEUE_TARGETS, Stage
+from factory.stages import REQUEUE_TARGETS, Action, Stage
 from factory.store import S3Settings, open_store
 
 if TYPE_CHECKING:  # imported where a manifest is read: `factory jobs` and `status` need none
     from factory import preflight
+    from factory.app import Factory
     from factory.manifest import Manifest
     from factory.submit import Submitted
 
@@ -61,11 +59,6 @@ app = typer.Typer(
 db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 
-# Piped output (cron logs, scripts) gets wide tables instead of rich's 80-column default.
-_WIDTH = None if sys.stdout.isatty() else 160
-out = Console(highlight=False, width=_WIDTH)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts instead of a table.")
 STAGE_NAMES = [s.value for s in Stage]
 
@@ -80,29 +73,13 @@ def _root(
         raise typer.Exit(0)
 
 
-def _factory() -> Factory:
-    return Factory.open(Settings.from_env())
-
-
-def _ops() -> Operations:
-    """The operations layer (factory.ops), sending work to the broker with a warning, not a
-    failure, when it is away (the sweeper sends it later)."""
-    return Operations(_factory(), dispatcher=_dispatcher())
-
-
-def _dispatcher() -> Callable[[list[Job]], None] | None:
-    if not Settings.from_env().broker_url:
-        return None
-    return lambda found: _dispatch(found, "recorded")
-
-
 # --- db ------------------------------------------------------------------------------
 
 
 @db_app.command("upgrade")
 def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
     """Apply migrations up to REVISION (default: the newest)."""
-    database = Database(Settings.from_env().database_url)
+    database = Database(common.settings().database_url)
     before = migrate.current_revision(database)
     migrate.upgrade(database, revision)
     after = migrate.current_revision(database)
@@ -112,7 +89,7 @@ def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) 
 @db_app.command("downgrade")
 def db_downgrade(revision: str = typer.Argument(..., help="Target revision, or 'base'.")) -> None:
     """Revert migrations down to REVISION ('base' removes every table)."""
-    database = Database(Settings.from_env().database_url)
+    database = Database(common.settings().database_url)
     migrate.downgrade(database, revision)
     out.print(f"database at revision {migrate.current_revision(database) or 'base (empty)'}")
 
@@ -120,7 +97,7 @@ def db_downgrade(revision: str = typer.Argument(..., help="Target revision, or '
 @db_app.command("current")
 def db_current() -> None:
     """Print the database's revision and the newest one this factory knows."""
-    database = Database(Settings.from_env().database_url)
+    database = Database(common.settings().database_url)
     current = migrate.current_revision(database)
     out.print(f"current {current or 'none'}, head {migrate.head_revision()}")
 
@@ -160,17 +137,9 @@ def validate(
 
 def _preflight(manifest: Path, batch: str | None) -> preflight.Preflight:
     """The manifest validated, its assets and model directories checked (warnings printed)."""
-    from factory import preflight
     from factory.manifest import load_manifest
 
-    parsed = load_manifest(manifest, batch=batch)
-    settings = Settings.from_env()
-    checked = preflight.check(
-        parsed,
-        lambda: open_store(settings.store_url, settings.s3),
-        confinement=settings.confinement,
-        s3=settings.s3,
-    )
+    checked = check_manifest(load_manifest(manifest, batch=batch), common.settings())
     for warning in checked.warnings:
         err.print(f"warning: {warning}", markup=False)
     return checked
@@ -182,9 +151,8 @@ def _submit_checked(
     """Check, put the manifest's local files into the store, then create the jobs (and send
     them to the workers when there is a broker and ``send``)."""
     checked = _preflight(manifest, batch)
-    factory = _factory()
-    ops = Operations(factory, dispatcher=_dispatcher() if send else lambda found: None)
-    return factory, checked.manifest, ops.submit_checked(checked, actor=local_actor())
+    ops = common.operations(send=send)
+    return ops.factory, checked.manifest, ops.submit_checked(checked, actor=local_actor())
 
 
 @app.command()
@@ -219,7 +187,7 @@ def submit(
     err.print(
         f"{fresh} created, {len(result.jobs) - fresh} already submitted (batch {parsed.batch})"
     )
-    if fresh and _ops().in_process:
+    if fresh and common.operations().in_process:
         err.print(_NOTHING_RUNS)
 
 
@@ -287,7 +255,7 @@ app.add_typer(store_app, name="store")
 
 
 def _store_target() -> tuple[str, S3Settings]:
-    settings = Settings.from_env()
+    settings = common.settings()
     return settings.store_url, settings.s3
 
 
@@ -321,7 +289,7 @@ def jobs(
 ) -> None:
     """List jobs with their stage and progress."""
     wanted = _stage(stage, "--stage") if stage else None
-    found = Operations(_factory()).jobs(batch=batch, stage=wanted, limit=limit).items
+    found = common.operations(send=False).jobs(batch=batch, stage=wanted, limit=limit).items
     if as_json:
         _print_json([job_summary(j) for j in found])
         return
@@ -352,13 +320,9 @@ def status(
     as_json: bool = JsonOption,
 ) -> None:
     """Everything about one job: stage, progress, attempt, outputs, QC, last error."""
-    view = Operations(_factory()).job_view(job_id)
-    if as_json:  # the API's shape (JobView.to_dict), with every segment's whole record
-        made = [
-            {k: v for k, v in dataclasses.asdict(r).items() if v is not None}
-            for r in view.segments.values()
-        ]
-        _print_json(view.to_dict() | {"segments_made": made})
+    view = common.operations(send=False).job_view(job_id, with_checks=as_json)
+    if as_json:  # the API's job, exactly (JobView.to_dict)
+        _print_json(view.to_dict())
         return
     for label, value in _status_lines(view):
         out.print(f"[bold]{label:<10}[/bold] {value}")
@@ -370,7 +334,7 @@ def events(
     as_json: bool = JsonOption,
 ) -> None:
     """The job's timeline: every transition, claim, checkpoint and operator action."""
-    timeline = Operations(_factory()).events(job_id)
+    timeline = common.operations(send=False).events(job_id)
     if as_json:
         _print_json([event_dict(e) for e in timeline])
         return
@@ -404,7 +368,7 @@ def requeue(
 ) -> None:
     """Put a failed, cancelled, stuck or finished job back to work."""
     start = _stage(from_stage, "--from") if from_stage else None
-    ops = _ops()
+    ops = common.operations()
     collected = gc_note(ops.job(job_id))
     job = ops.requeue(job_id, from_stage=start, actor=local_actor())
     if as_json:
@@ -431,7 +395,7 @@ def cancel(
     as_json: bool = JsonOption,
 ) -> None:
     """Stop a job; its worker stops at its next checkpoint. `requeue` can continue it later."""
-    job = _ops().cancel(job_id, reason=reason, actor=local_actor())
+    job = common.operations().cancel(job_id, reason=reason, actor=local_actor())
     if as_json:
         _print_json(job_summary(job))
         return
@@ -464,7 +428,7 @@ def approve(
 ) -> None:
     """Publish a job that passed QC and waits for review (a batch with `review: required`):
     the workers deliver it, or this command does when there is no broker."""
-    job = _ops().approve(job_id, actor=local_actor(), note=note, attempt=attempt,
+    job = common.operations().approve(job_id, actor=local_actor(), note=note, attempt=attempt,
                          version=version)  # fmt: skip
     if as_json:
         _print_json(job_summary(job))
@@ -486,7 +450,7 @@ def reject(
     """Send back a job waiting for review. A first version stops in review with the reason as
     its error (`factory requeue JOB --from STAGE` makes it again); a redo is dropped and the
     job is done again at the version it had."""
-    job = _ops().reject(job_id, actor=local_actor(), reason=reason, attempt=attempt,
+    job = common.operations().reject(job_id, actor=local_actor(), reason=reason, attempt=attempt,
                         version=version)  # fmt: skip
     if as_json:
         _print_json(job_summary(job))
@@ -496,20 +460,6 @@ def reject(
                   "stays published")  # fmt: skip
         return
     out.print(f"{job.job_id} sent back: {reason}")
-
-
-def _dispatch(jobs: list[Job], what: str) -> None:
-    """Send jobs to the workers; if the broker is away they stay recorded for the sweeper."""
-    from factory.ops import celery_dispatch
-
-    try:
-        celery_dispatch(jobs)
-    except Exception as exc:
-        err.print(
-            f"warning: {what} but not dispatched ({type(exc).__name__}: {exc}); "
-            "the sweeper sends them once the broker is back",
-            markup=False,
-        )
 
 
 # --- presentation ----------------------------------------------------------------------
@@ -633,32 +583,37 @@ def _qc_text(qc: dict[str, Any] | None, seams: list[dict[str, Any]]) -> str:
 
 
 def _next_step(job: Job) -> str:
-    if job.stage is Stage.DONE and job.progress.get("gc"):
+    """What the operator can do next, from the one table of actions (Job.actions)."""
+    can, j = job.actions, job.job_id
+    if Action.APPROVE in can:
         return (
-            f"nothing; `factory requeue {job.job_id} --from generate` makes it again from "
-            "scratch (gc removed its intermediates)"
+            f"waiting for review: `factory approve {j}` delivers it, "
+            f"`factory reject {j} --reason TEXT` sends it back (or the console)"
+        )
+    if job.stage is Stage.DONE and Action.REDO in can:
+        return (
+            f"nothing; `factory redo {j} --range START-END` makes a range again, "
+            f"`factory requeue {j} --from STAGE` redoes part of it"
         )
     if job.stage is Stage.DONE:
-        return f"nothing; `factory requeue {job.job_id} --from STAGE` redoes part of it"
-    if job.stage is Stage.REVIEW:
         return (
-            f"waiting for review: `factory approve {job.job_id}` delivers it, "
-            f"`factory reject {job.job_id} --reason TEXT` sends it back (or the console)"
+            f"nothing; `factory requeue {j} --from generate` makes it again from "
+            "scratch (gc removed its intermediates)"
         )
-    if job.stage is Stage.FAILED and (job.progress.get("redo") or {}).get("restore"):
+    if job.stage is Stage.FAILED and Action.CANCEL in can:
         return (
-            f"`factory requeue {job.job_id}` continues the redo; `factory cancel {job.job_id}` "
+            f"`factory requeue {j}` continues the redo; `factory cancel {j}` "
             f"drops it and keeps version {job.version} published"
         )
     if job.stage is Stage.FAILED and job.stopped_stage is Stage.REVIEW:
         return (
-            f"`factory requeue {job.job_id} --from generate` makes it again (or --from another "
-            f"stage); `factory requeue {job.job_id}` puts the same video up for review again"
+            f"`factory requeue {j} --from generate` makes it again (or --from another "
+            f"stage); `factory requeue {j}` puts the same video up for review again"
         )
     if job.stage in (Stage.FAILED, Stage.CANCELLED):
         where = job.stopped_stage.value if job.stopped_stage else "queued"
         return (
-            f"`factory requeue {job.job_id}` continues at {where} keeping its progress; "
+            f"`factory requeue {j}` continues at {where} keeping its progress; "
             f"add `--from STAGE` to redo from an earlier stage"
         )
     if _waiting_after_interruption(job):
@@ -667,8 +622,8 @@ def _next_step(job: Job) -> str:
             "Fix what the interruption names if it keeps coming back"
         )
     if job.stage is Stage.QUEUED and job.claimed_by is None:
-        return f"waiting for a worker; `factory cancel {job.job_id}` withdraws it"
-    return f"in progress; `factory cancel {job.job_id}` stops it at its next checkpoint"
+        return f"waiting for a worker; `factory cancel {j}` withdraws it"
+    return f"in progress; `factory cancel {j}` stops it at its next checkpoint"
 
 
 def _waiting_after_interruption(job: Job) -> bool:

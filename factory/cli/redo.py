@@ -4,21 +4,16 @@ deliver it as a new version (factory/redo.py says how; docs/jobs.md, "Redo")."""
 from __future__ import annotations
 
 import json
-import secrets
 import sys
 
 import typer
-from rich.console import Console
 
-from factory.app import Factory
-from factory.config import Settings
-from factory.ops import Operations, job_summary, local_actor
+from factory.cli import common
+from factory.cli.common import err, out
+from factory.ops import job_summary, local_actor
 from factory.redo import describe
 from factory.runview import RunDisplay
 from factory.stages import Stage
-
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -50,11 +45,7 @@ def redo(
     """Make the segments that cover a time range again, join them into the untouched rest,
     encode only the chunks that changed, check the whole video and deliver it as a new
     version beside the old one (which stays delivered if the new one fails QC)."""
-    if new_seed and seed is not None:
-        raise typer.BadParameter("give --new-seed or --seed N, not both", param_hint="--seed")
-    from factory.cli.main import _dispatcher  # main registers this command: imported late
-
-    ops = Operations(Factory.open(Settings.from_env()), dispatcher=_dispatcher())
+    ops = common.operations()
     if dry_run:
         job, plan = ops.redo_plan(job_id, range_text=time_range, cascade=cascade)
         if as_json:
@@ -65,10 +56,10 @@ def redo(
             if job.stage is not Stage.DONE:
                 err.print(f"note: {job_id} is {job.stage.value}; only a done job can be redone")
         return
-    if seed is None and (new_seed or prompt is None):
-        seed = secrets.randbits(31)
     plan, job = ops.redo(job_id, range_text=time_range, actor=local_actor(), seed=seed,
-                         prompt=prompt, reason=reason, cascade=cascade)  # fmt: skip
+                         new_seed=new_seed, prompt=prompt, reason=reason,
+                         cascade=cascade)  # fmt: skip
+    seed = job.progress["redo"]["seed"]
     if not as_json:
         for line in describe(plan, job.video.fps):
             out.print(line, markup=False)

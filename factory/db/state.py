@@ -39,7 +39,9 @@ from factory.spec import VideoSpec
 from factory.stages import (
     ACTIVE,
     REQUEUE_TARGETS,
+    Action,
     Stage,
+    allowed_actions,
     initial_progress,
     is_legal,
     order,
@@ -84,6 +86,12 @@ class Job:
     @property
     def video_id(self) -> str:
         return self.video.video_id
+
+    @property
+    def actions(self) -> frozenset[Action]:
+        """What an operator may do to this job now (factory.stages.allowed_actions)."""
+        return allowed_actions(self.stage, redo_to_drop=_discardable_redo(self),
+                               collected=bool(self.progress.get("gc")))  # fmt: skip
 
     @classmethod
     def from_row(cls, row: Any) -> Job:
@@ -885,7 +893,7 @@ class JobStateMachine:
             job = self._read(conn, job_id, lock=True)
             if _discardable_redo(job) and job.stage not in (Stage.DONE, Stage.CANCELLED):
                 return self._discard_redo(conn, job, actor=actor, why=reason, how="cancelled")
-            if job.stage.is_terminal:
+            if Action.CANCEL not in job.actions:
                 raise InvalidOperation(
                     f"job {job_id} is already {job.stage.value}; there is nothing to cancel",
                     field="job",
@@ -995,13 +1003,13 @@ class JobStateMachine:
         is until the new version passes QC. Fenced like requeue (attempt + 1)."""
         with self.database.transaction() as conn:
             job = self._read(conn, job_id, lock=True)
-            if job.stage is not Stage.DONE:
+            if Action.REDO not in job.actions and job.stage is not Stage.DONE:
                 raise InvalidOperation(
                     f"job {job_id} is {job.stage.value}; only a delivered (done) job can be "
                     "redone" + ("; a redo of it is running" if job.progress.get("redo") else ""),
                     field="job",
                 )
-            if job.progress.get("gc"):
+            if Action.REDO not in job.actions:  # done, but gc took what a redo continues from
                 raise InvalidOperation(
                     f"job {job_id}: gc removed the segments and chunks a redo continues from; "
                     "`factory requeue --from generate` makes the whole video again",
@@ -1144,7 +1152,7 @@ class JobStateMachine:
         verb = "approved" if approved else "rejected"
         with self.database.transaction() as conn:
             job = self._read(conn, job_id, lock=True)
-            if job.stage is not Stage.REVIEW:
+            if (Action.APPROVE if approved else Action.REJECT) not in job.actions:
                 raise InvalidOperation(
                     f"job {job_id} is {job.stage.value}, not waiting for review; "
                     f"only a job in review can be {verb}",

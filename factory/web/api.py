@@ -4,7 +4,6 @@ JSON: {"error": message, "field": path} or, for a manifest, {"problems": [{field
 
 from __future__ import annotations
 
-import secrets
 from typing import Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
@@ -189,11 +188,11 @@ def redo(request: Request, job_id: str, body: RedoBody) -> JSONResponse:
     if body.dry_run:
         _, plan = ops.redo_plan(job_id, range_text=body.range, cascade=body.cascade)
         return JSONResponse({"plan": plan.to_dict()})
-    seed = body.seed if body.seed is not None or body.prompt else secrets.randbits(31)
-    plan, job = ops.redo(job_id, range_text=body.range, actor=found.principal.actor, seed=seed,
-                         prompt=body.prompt, reason=body.reason, cascade=body.cascade)  # fmt: skip
-    return JSONResponse({"plan": plan.to_dict(), "job": job_summary(job), "seed": seed},
-                        status_code=202)  # fmt: skip
+    plan, job = ops.redo(job_id, range_text=body.range, actor=found.principal.actor,
+                         seed=body.seed, prompt=body.prompt, reason=body.reason,
+                         cascade=body.cascade)  # fmt: skip
+    return JSONResponse({"plan": plan.to_dict(), "job": job_summary(job),
+                         "seed": job.progress["redo"]["seed"]}, status_code=202)  # fmt: skip
 
 
 @router.get("/tokens", summary="Every token (admin)")

@@ -5,6 +5,7 @@ first: the security headers, forwarded addresses from the listed proxies only, a
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,8 +23,9 @@ from factory import __version__
 from factory.access import Access
 from factory.app import Factory
 from factory.config import Settings
+from factory.db.state import Job
 from factory.errors import BadInput, FactoryError, InvalidOperation, ManifestError, NoSuchJob
-from factory.ops import Operations
+from factory.ops import Dispatcher, Operations
 from factory.store import open_store
 from factory.web import api, console
 from factory.web.auth import NotSignedIn, SignInLimiter, require_api
@@ -33,6 +35,7 @@ from factory.web.media import Thumbnails
 from factory.web.runner import LocalRunner
 
 HERE = Path(__file__).parent
+log = logging.getLogger("factory.web")
 
 
 def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI:
@@ -40,7 +43,9 @@ def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI
     # Embedded (no broker: no workers, no sweeper): what this server accepts (submit, requeue,
     # approve, redo) its own runner runs, one job at a time (factory/web/runner.py).
     runner = None if settings.broker_url else LocalRunner()
-    ops = Operations(factory, dispatcher=runner.dispatch if runner else None)
+    ops = Operations(
+        factory, dispatcher=runner.dispatch if runner else _broker_dispatcher(settings)
+    )
     if runner is not None:
         runner.start(ops.run_here)
 
@@ -155,3 +160,17 @@ def _html_error(
         status_code=status,
         headers=headers,
     )
+
+
+def _broker_dispatcher(settings: Settings) -> Dispatcher:
+    """With a broker, accepted work goes to the workers; a broker that is away is logged and
+    the action stands (the sweeper sends the jobs once it is back), as in the CLI."""
+    from tasks.dispatch import BrokerDispatcher  # the server is where factory/ meets tasks/
+
+    def not_sent(found: list[Job], exc: Exception) -> None:
+        log.warning(
+            "dispatch.broker_away",
+            extra={"jobs": [j.job_id for j in found], "error": f"{type(exc).__name__}: {exc}"},
+        )
+
+    return BrokerDispatcher(settings, on_outage=not_sent)

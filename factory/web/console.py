@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import secrets
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -245,9 +244,7 @@ def act(
         elif action == "cancel":
             ops.cancel(job_id, reason=reason, actor=actor)
         elif action == "redo":
-            new_prompt = prompt.strip() or None
-            seed = None if new_prompt else secrets.randbits(31)
-            ops.redo(job_id, range_text=range_text, actor=actor, seed=seed, prompt=new_prompt,
+            ops.redo(job_id, range_text=range_text, actor=actor, prompt=prompt.strip() or None,
                      reason=reason)  # fmt: skip
     except NoSuchJob:
         raise HTTPException(404, "there is no such video") from None

@@ -515,7 +515,23 @@ class Lifecycle(RuleBasedStateMachine):
         return job.stage in ACTIVE and job.claimed_by is not None
 
     def act(self, verb: str, **kw: Any) -> Job:
-        """An operator action, through Operations or the HTTP API; Refused if it is refused."""
+        """An operator action, through Operations or the HTTP API; Refused if it is refused.
+        The one table of actions (Job.actions, which the CLI's next step and the console's
+        buttons read) must say what the state machine does: an action it leaves out is
+        refused, and one it offers is taken (a requeue may still be refused for its --from)."""
+        offered = verb in self.job().actions
+        try:
+            done = self._act(verb, **kw)
+        except Refused:
+            assert not offered or verb == "requeue", (
+                f"{self.said()}: `{verb}` is offered for a {self.job().stage.value} job "
+                "but was refused"
+            )
+            raise
+        assert offered, f"{self.said()}: `{verb}` is not offered, but was taken"
+        return done
+
+    def _act(self, verb: str, **kw: Any) -> Job:
         jid = self.job_id
         if self.server is None:
             try:

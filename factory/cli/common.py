@@ -1,0 +1,56 @@
+"""What every `factory` command shares: the consoles, the settings, and the operations layer
+wired for a shell (the CLI is a composition root: it injects where accepted work goes)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from factory.config import Settings
+
+if TYPE_CHECKING:
+    from factory.app import Factory
+    from factory.db.state import Job
+    from factory.ops import Dispatcher, Operations
+
+# Piped output (cron logs, scripts) gets wide tables instead of rich's 80-column default.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def settings() -> Settings:
+    return Settings.from_env()
+
+
+def open_factory() -> Factory:
+    from factory.app import Factory
+
+    return Factory.open(settings())
+
+
+def operations(*, send: bool = True) -> Operations:
+    """The operations layer as a shell uses it: with a broker, accepted work goes to the
+    workers (a broker that is away is a warning: the sweeper sends the jobs later); without
+    one, or with `send=False`, it is only recorded and the command runs it here."""
+    from factory.ops import Operations
+
+    factory = open_factory()
+    return Operations(factory, dispatcher=dispatcher(factory.settings) if send else None)
+
+
+def dispatcher(current: Settings) -> Dispatcher | None:
+    if not current.broker_url:
+        return None
+    from tasks.dispatch import BrokerDispatcher  # the CLI is where factory/ meets tasks/
+
+    return BrokerDispatcher(current, on_outage=_warn_not_sent)
+
+
+def _warn_not_sent(found: list[Job], exc: Exception) -> None:
+    err.print(
+        f"warning: recorded but not dispatched ({type(exc).__name__}: {exc}); "
+        "the sweeper sends them once the broker is back",
+        markup=False,
+    )
