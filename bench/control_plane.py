@@ -44,7 +44,8 @@ sys.path.insert(0, str(REPO))
 from bench.orchestration import manifest  # noqa: E402
 from factory.db import migrate  # noqa: E402
 from factory.db.session import Database  # noqa: E402
-from factory.db.state import JobStateMachine, SegmentRecord  # noqa: E402
+from factory.db.state import JobStateMachine  # noqa: E402
+from factory.job import SegmentRecord  # noqa: E402
 from factory.manifest import parse_manifest  # noqa: E402
 from factory.stages import Stage  # noqa: E402
 from factory.submit import submit  # noqa: E402

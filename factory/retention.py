@@ -33,8 +33,9 @@ from typing import Any, Protocol
 from sqlalchemy import select
 
 from factory.db.models import jobs as jobs_table
-from factory.db.state import Job, JobStateMachine
+from factory.db.state import JobStateMachine
 from factory.errors import FactoryError, StaleAttempt
+from factory.job import Job
 from factory.stages import Stage
 from factory.store import Store, keys
 

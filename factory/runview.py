@@ -17,7 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from factory.db.state import Job
+from factory.job import Job
 from factory.stages import Stage
 
 # A job's work in bar units: one per segment, plus one for each stage after generation.

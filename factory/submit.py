@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from factory.db.state import Job, JobStateMachine
+from factory.db.state import JobStateMachine
 from factory.errors import BadInput, SpecConflict
+from factory.job import Job
 
 if TYPE_CHECKING:
     from factory.infra.idempotency import SubmitTokens

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from celery import Celery, chain
 
 from factory.config import Settings
-from factory.db.state import Job
+from factory.job import Job
 from factory.stages import Stage
 from tasks.queues import CPU, GPU_SHARED
 

@@ -12,10 +12,10 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
-from factory.db.state import Job
 from factory.errors import PermanentError, RetryableError, StaleAttempt
 from factory.infra.alerts import after_terminal
 from factory.infra.heartbeat import Heartbeat
+from factory.job import Job
 from factory.pipeline.chunk_qc import measure_chunk
 from factory.pipeline.chunks import chunk_ready, plan_chunks
 from factory.pipeline.context import StageContext

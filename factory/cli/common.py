@@ -12,7 +12,7 @@ from factory.config import Settings
 
 if TYPE_CHECKING:
     from factory.app import Factory
-    from factory.db.state import Job
+    from factory.job import Job
     from factory.ops import Dispatcher, Operations
 
 # Piped output (cron logs, scripts) gets wide tables instead of rich's 80-column default.

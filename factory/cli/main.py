@@ -31,8 +31,8 @@ from factory.cli import topology as cli_topology
 from factory.cli.common import err, out
 from factory.db import migrate
 from factory.db.session import Database
-from factory.db.state import Job
 from factory.errors import BadInput, FactoryError
+from factory.job import Job
 from factory.ops import JobView, check_manifest, event_dict, job_summary, local_actor
 from factory.retention import gc_note
 from factory.runview import RunDisplay, summary_table

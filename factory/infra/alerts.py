@@ -24,9 +24,10 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from factory.db.state import Job, JobStateMachine
+from factory.db.state import JobStateMachine
 from factory.infra.alerts_settings import WebhookSettings
 from factory.infra.redact import redact_value, register_secrets
+from factory.job import Job
 from factory.stages import Stage
 
 if TYPE_CHECKING:

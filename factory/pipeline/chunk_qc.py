@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from factory.db.state import Job
+from factory.job import Job
 from factory.media.analyze import PassResult, Reference, analyze
 from factory.media.frames import frames_at
 from factory.media.probe import video_packet_digests

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from factory.db.state import Job
+from factory.job import Job
 from factory.media.presets import GOP_SECONDS
 from factory.pipeline.context import CHUNK_SECONDS
 from factory.pipeline.files import Segments

@@ -10,9 +10,9 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from factory.db.state import Job
 from factory.errors import RetryableError
 from factory.infra import metrics, stopping
+from factory.job import Job
 from factory.pipeline import files
 from factory.pipeline.context import StageContext
 from factory.store import keys

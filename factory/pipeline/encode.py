@@ -20,8 +20,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 
-from factory.db.state import Job
 from factory.infra import stopping
+from factory.job import Job
 from factory.media.concat import concat_copy_argv, ffconcat
 from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS, encode_argv

@@ -9,8 +9,9 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from factory.db.state import Job, JobStateMachine, SegmentRecord
+from factory.db.state import JobStateMachine
 from factory.errors import PermanentError
+from factory.job import Job, SegmentRecord
 from factory.store import keys
 
 

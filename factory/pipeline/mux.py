@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from factory.db.state import Job
 from factory.errors import PermanentError
+from factory.job import Job
 from factory.media.audio import audio_argv, mux_argv
 from factory.media.ffmpeg import atomic_output, ffmpeg_exe, run
 from factory.media.presets import PRESETS

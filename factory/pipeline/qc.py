@@ -14,10 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from factory.db.state import Job
 from factory.errors import QualityGateFailed
 from factory.generate.guard import FLAT_SPREAD
 from factory.infra import metrics
+from factory.job import Job
 from factory.media.analyze import PassResult
 from factory.media.probe import probe, video_packet_digests
 from factory.pipeline import files

@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Callable
 from typing import Protocol
 
-from factory.db.state import Job
 from factory.errors import FactoryError, MediaError, StaleAttempt
 from factory.infra.alerts import after_terminal
 from factory.infra.heartbeat import Heartbeat
+from factory.job import Job
 from factory.pipeline.context import StageContext
 from factory.pipeline.deliver import run_deliver
 from factory.pipeline.encode import ChunkEncoder, run_encode

@@ -13,7 +13,7 @@ from typing import Any
 
 from starlette.concurrency import run_in_threadpool
 
-from factory.db.state import Job
+from factory.job import Job
 
 Reader = Callable[[str], list[Job]]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from fastapi import APIRouter, HTTPException, Request, Response
 from fastapi.responses import StreamingResponse
 
-from factory.db.state import Job
 from factory.errors import BadInput
+from factory.job import Job
 from factory.media.presets import PRESETS
 from factory.pipeline import files
 from factory.stages import Stage

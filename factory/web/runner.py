@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from factory.db.state import Job
+from factory.job import Job
 
 
 class LocalRunner:

@@ -22,8 +22,8 @@ from factory.app import Factory
 from factory.config import Settings
 from factory.db import migrate
 from factory.db.session import Database
-from factory.db.state import Job
 from factory.errors import InvalidOperation
+from factory.job import Job
 from factory.manifest import load_manifest
 from factory.media.ffmpeg import ffmpeg_exe
 from factory.pipeline.context import StageContext

@@ -81,8 +81,8 @@ from factory.access import Access
 from factory.app import Factory
 from factory.cli.main import _next_step  # what `factory status` prints as "next"
 from factory.config import Settings
-from factory.db.state import Job
 from factory.errors import FactoryError
+from factory.job import Job
 from factory.manifest import parse_manifest
 from factory.media.intermediate import read_frames
 from factory.ops import Operations

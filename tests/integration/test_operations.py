@@ -15,8 +15,8 @@ from fastapi.testclient import TestClient
 from factory.access import Access
 from factory.app import Factory
 from factory.config import Settings
-from factory.db.state import Job
 from factory.errors import BadInput
+from factory.job import Job
 from factory.ops import Operations
 from factory.stages import Stage
 from tests.conftest import HomeSnapshot, embedded_env, run_cli_here

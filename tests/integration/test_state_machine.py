@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 
-from factory.db.state import Job, JobStateMachine, SegmentRecord
+from factory.db.state import JobStateMachine
 from factory.errors import IllegalTransition, InvalidOperation, NoSuchJob, StaleAttempt
+from factory.job import Job, SegmentRecord
 from factory.manifest import parse_manifest
 from factory.stages import PIPELINE, Stage
 from tests.conftest import manifest_text
