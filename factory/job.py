@@ -2,11 +2,11 @@
 
 `Job` (a row of `jobs`), `Event` (of `job_events`), `SegmentRecord` (of `job_segments`) and
 `VersionRecord` (of `job_versions`) are what every layer passes around; only factory/db/
-reads and writes them (factory/db/state.py). They import no SQLAlchemy. Their ``from_row``
-constructors stay here, beside the fields they fill: they read a row by its column names
-(``row._mapping`` or attributes), which any row-like object offers, so they need nothing of
-the database layer, and code outside it that runs a query of its own (factory/ops.py) builds
-its jobs the same way.
+reads and writes them (the state machine, composed in factory/db/state.py). They import no
+SQLAlchemy. Their ``from_row`` constructors stay here, beside the fields they fill: they
+read a row by its column names (``row._mapping`` or attributes), which any row-like object
+offers, so they need nothing of the database layer, and code outside it that runs a query
+of its own (factory/ops.py) builds its jobs the same way.
 """
 
 from __future__ import annotations
