@@ -263,6 +263,24 @@ def forecast(
     return Forecast(planned, gpus, start, window_end, cpu_basis)
 
 
+def time_left(
+    video: VideoSpec,
+    progress: dict[str, Any],
+    pace: tuple[int, float] | None,
+    estimate: float,
+    cpu_rate: float,
+) -> float:
+    """Seconds of work an unfinished job has left: the one rule behind every ETA (the
+    console's and the API's batch ETA, `factory watch`). Its segments still to make, at its
+    own measured pace once it has made one (`pace`: segments made, seconds they took), else
+    at `estimate` (segment_estimate for its shape); then its CPU stages at `cpu_rate`
+    seconds per second of video."""
+    todo = max(0, progress.get("segments_total", 0) - len(progress.get("segments", [])))
+    made, seconds = pace or (0, 0.0)
+    per_segment = seconds / made if made else estimate
+    return todo * per_segment + cpu_rate * video.duration
+
+
 def makespan(seconds: list[float], gpus: int) -> float:
     """How long `seconds` of sequential work items take on `gpus` GPUs, longest first."""
     free = [0.0] * max(1, gpus)

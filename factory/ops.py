@@ -31,7 +31,6 @@ from sqlalchemy.sql.functions import FunctionElement
 
 from factory.app import Factory
 from factory.db.models import batches, jobs
-from factory.db.state import Event, Job, SegmentRecord, VersionRecord
 from factory.errors import BadInput
 from factory.forecast import (
     CPU_SECONDS_PER_VIDEO_SECOND,
@@ -42,8 +41,10 @@ from factory.forecast import (
     makespan,
     parse_window,
     segment_estimate,
+    time_left,
 )
 from factory.infra.alerts import after_terminal, open_alerter
+from factory.job import Event, Job, SegmentRecord, VersionRecord
 from factory.redo import RedoPlan, parse_range, plan_redo
 from factory.retention import gc_note
 from factory.spec import VideoSpec
@@ -177,7 +178,7 @@ class Operations:
         self.settings = factory.settings
         self._dispatcher = dispatcher
         self._history: tuple[float, History] | None = None
-        self._etas: dict[str, tuple[float, datetime | None]] = {}
+        self._etas: dict[tuple[str | None, int | None], tuple[float, datetime | None]] = {}
         self._history_lock = threading.Lock()
 
     # --- reading ---------------------------------------------------------------------
@@ -271,44 +272,44 @@ class Operations:
             view = dataclasses.replace(view, eta=self.eta(name))
         return view
 
-    def eta(self, batch: str) -> datetime | None:
-        """When the batch's unfinished jobs should be done: what is left of each (segments
-        to make, from recorded timings, and its CPU stages) scheduled on the GPUs. Kept for
-        ETA_SECONDS: pages ask for it often, and it moves slowly."""
+    def eta(self, batch: str | None, *, gpus: int | None = None) -> datetime | None:
+        """When the unfinished jobs (of `batch`, or all) should be done: what is left of each
+        (forecast.time_left) scheduled on `gpus` GPUs (default FACTORY_CONSOLE_GPUS). Kept
+        for ETA_SECONDS: pages ask for it often, and it moves slowly."""
+        key = (batch, gpus)
         now = time.monotonic()
         with self._history_lock:
-            cached = self._etas.get(batch)
+            cached = self._etas.get(key)
         if cached is not None and now - cached[0] < ETA_SECONDS:
             return cached[1]
-        left = [s.value for s in Stage if not (s.is_terminal or s.is_parked)]
-        query = select(jobs.c.spec, jobs.c.progress).where(
-            jobs.c.batch == batch, jobs.c.stage.in_(left)
+        query = select(jobs.c.job_id, jobs.c.spec, jobs.c.progress).where(
+            jobs.c.stage.in_([s.value for s in Stage if not (s.is_terminal or s.is_parked)])
         )
+        if batch is not None:
+            query = query.where(jobs.c.batch == batch)
         with self.machine.database.transaction() as conn:
             rows = conn.execute(query).all()
             clock = self.machine.now(conn)
         found = None
         if rows:
-            history = self._recent_history()
-            cpu_rate = history.cpu_seconds_per_video_second or CPU_SECONDS_PER_VIDEO_SECOND
-            per_shape: dict[tuple[Any, ...], float] = {}
-            remaining = []
-            for spec_data, progress in rows:
-                # Arithmetic only: the stored spec is read without the workers' re-validation.
-                video = VideoSpec.from_dict(spec_data)
-                shape = (video.model, video.width, video.height, video.segment_frames)
-                if shape not in per_shape:
-                    per_shape[shape] = segment_estimate(
-                        history, video, video.segment_frames, None
-                    ).seconds
-                todo = max(0, progress.get("segments_total", 0) - len(progress.get("segments", [])))
-                remaining.append(todo * per_shape[shape] + cpu_rate * video.duration)
-            found = clock + timedelta(
-                seconds=makespan(remaining, max(1, self.settings.console.gpus))
-            )
+            # Arithmetic only: the stored spec is read without the workers' re-validation.
+            left = self._seconds_left([(j, VideoSpec.from_dict(s), p) for j, s, p in rows])
+            working = max(1, gpus or self.settings.console.gpus)
+            found = clock + timedelta(seconds=makespan(list(left.values()), working))
         with self._history_lock:
-            self._etas[batch] = (now, found)
+            self._etas[key] = (now, found)
         return found
+
+    def time_left(self, found: list[Job]) -> dict[str, float]:
+        """Seconds of work each unfinished job of `found` has left (forecast.time_left)."""
+        return self._seconds_left([(j.job_id, VideoSpec.from_dict(j.spec), j.progress)
+                                   for j in found
+                                   if not (j.stage.is_terminal or j.stage.is_parked)])  # fmt: skip
+
+    def all_jobs(self, batch: str | None = None) -> list[Job]:
+        """Every job (of a batch), oldest first: for views that show a batch whole (the live
+        page, `factory watch`); lists a person pages through use `jobs`."""
+        return self.machine.list_jobs(batch=batch, limit=100_000)
 
     def forecast(
         self,
@@ -489,6 +490,24 @@ class Operations:
             return
         if self._dispatcher is not None:
             self._dispatcher(found)
+
+    def _seconds_left(
+        self, open_jobs: list[tuple[str, VideoSpec, dict[str, Any]]]
+    ) -> dict[str, float]:
+        history = self._recent_history()
+        cpu_rate = history.cpu_seconds_per_video_second or CPU_SECONDS_PER_VIDEO_SECOND
+        paces = self.machine.segment_seconds(job_id for job_id, _, _ in open_jobs)
+        per_shape: dict[tuple[Any, ...], float] = {}
+        left = {}
+        for job_id, video, progress in open_jobs:
+            shape = (video.model, video.width, video.height, video.segment_frames)
+            if shape not in per_shape:
+                per_shape[shape] = segment_estimate(
+                    history, video, video.segment_frames, None
+                ).seconds
+            left[job_id] = time_left(video, progress, paces.get(job_id), per_shape[shape],
+                                     cpu_rate)  # fmt: skip
+        return left
 
     def _recent_history(self) -> History:
         with self._history_lock:

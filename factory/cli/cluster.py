@@ -11,7 +11,8 @@ import shutil
 import socket
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console, Group
@@ -19,10 +20,13 @@ from rich.live import Live
 from rich.table import Table
 
 from factory.config import Settings
-from factory.db.state import Job
 from factory.errors import BadInput
 from factory.infra.redact import redact, register_secrets
+from factory.job import Job
 from factory.stages import Stage
+
+if TYPE_CHECKING:
+    from factory.ops import Operations
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -245,23 +249,21 @@ def watch(
     ),
     gpus: int = typer.Option(0, "--gpus", min=0, help="GPUs working on it (0: count them)."),
 ) -> None:
-    """Live per-job progress from the database: segments, stage, ETA from measured segments;
-    with --window, the batch's ETA against the window's end."""
-    from factory.app import Factory
+    """Live per-job progress from the database: segments, stage, time left (each job's own
+    measured pace, or the forecast's estimate before its first segment); with --window, the
+    batch's ETA against the window's end (the console's ETA, on the GPUs at work)."""
+    from factory.cli import common
 
-    factory = Factory.open(Settings.from_env())
+    ops = common.operations(send=False)
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
     window_end = _window_end(window)
     if once:
-        found = factory.jobs.list_jobs(batch=batch)
-        paces = factory.jobs.segment_seconds(j.job_id for j in found)
-        console.print(_snapshot(found, paces, window_end, gpus))
+        console.print(_snapshot(ops, batch, window_end, gpus))
         return
     with Live(console=console, refresh_per_second=2) as live:
         while True:
-            found = factory.jobs.list_jobs(batch=batch)
-            paces = factory.jobs.segment_seconds(j.job_id for j in found)
-            live.update(_snapshot(found, paces, window_end, gpus))
+            found = ops.all_jobs(batch)
+            live.update(_snapshot(ops, batch, window_end, gpus, found))
             if found and all(j.stage.is_terminal for j in found):
                 return
             time.sleep(every)
@@ -276,18 +278,18 @@ def _window_end(window: str | None) -> datetime | None:
 
 
 def _snapshot(
-    found: list[Job],
-    paces: dict[str, tuple[int, float]],
+    ops: Operations,
+    batch: str | None,
     window_end: datetime | None = None,
     gpus: int = 0,
+    found: list[Job] | None = None,
 ) -> Group:
-    table = Table("JOB", "STAGE", "SEGMENTS", "", "ETA", "WORKER")
-    remaining_total = 0.0
+    found = ops.all_jobs(batch) if found is None else found
+    left = ops.time_left(found)
+    table = Table("JOB", "STAGE", "SEGMENTS", "", "LEFT", "WORKER")
     for job in found:
         p = job.progress
         done, total = len(p["segments"]), p["segments_total"]
-        eta = _eta(job, paces)
-        remaining_total += eta or 0
         width = 24
         filled = int(width * done / total) if total else width
         bar = "█" * filled + "·" * (width - filled)
@@ -296,48 +298,28 @@ def _snapshot(
             job.stage.value,
             f"{done}/{total}",
             bar,
-            _duration(eta) if eta is not None else "-",
+            _duration(left[job.job_id]) if job.job_id in left else "-",
             job.claimed_by or "-",
         )
     finished = sum(j.stage is Stage.DONE for j in found)
     failed = sum(j.stage in (Stage.FAILED, Stage.CANCELLED) for j in found)
     footer = (f"{finished} done, {failed} failed or cancelled, {len(found) - finished - failed} "
-              f"in progress; generation left: {_duration(remaining_total)}")  # fmt: skip
+              f"in progress; work left: {_duration(sum(left.values()))}")  # fmt: skip
     if window_end is None:
         return Group(table, footer)
-    return Group(table, footer, _against_window(found, paces, window_end, gpus))
-
-
-def _against_window(
-    found: list[Job], paces: dict[str, tuple[int, float]], window_end: datetime, gpus: int
-) -> str:
-    """The batch's ETA: each open job's remaining generation (its own measured pace) spread
-    over the GPUs, against the window's end."""
-    from factory.forecast import makespan
-
-    open_jobs = [j for j in found if not j.stage.is_terminal]
-    left = [_eta(j, paces) for j in open_jobs]
-    unknown = sum(e is None for e in left)
     working = gpus or max(1, sum(j.stage is Stage.GENERATE and bool(j.claimed_by)
-                                 for j in open_jobs))  # fmt: skip
-    now = datetime.now().astimezone()
-    eta = now + timedelta(seconds=makespan([e for e in left if e is not None], working))
+                                 for j in found))  # fmt: skip
+    return Group(table, footer, _against_window(ops.eta(batch, gpus=working), window_end,
+                                                working))  # fmt: skip
+
+
+def _against_window(eta: datetime | None, window_end: datetime, working: int) -> str:
+    eta = eta or datetime.now().astimezone()  # nothing left: done now
     spare = (window_end - eta).total_seconds()
     verdict = (f"on time, {_duration(spare)} to spare" if spare >= 0
                else f"LATE by {_duration(-spare)}")  # fmt: skip
-    note = f" ({unknown} job(s) not started: not counted)" if unknown else ""
-    return (f"batch ETA {eta:%a %H:%M} on {working} GPU(s); window ends "
-            f"{window_end:%a %H:%M}: {verdict}{note}")  # fmt: skip
-
-
-def _eta(job: Job, paces: dict[str, tuple[int, float]]) -> float | None:
-    """Seconds of generation left for this job, from its own measured segment times."""
-    if job.stage.is_terminal:
-        return None
-    made, seconds = paces.get(job.job_id, (0, 0.0))
-    if not made:
-        return None
-    return seconds / made * (job.progress["segments_total"] - len(job.progress["segments"]))
+    return (f"batch ETA {eta.astimezone():%a %H:%M} on {working} GPU(s); window ends "
+            f"{window_end:%a %H:%M}: {verdict}")  # fmt: skip
 
 
 def _duration(seconds: float) -> str:

@@ -23,8 +23,8 @@ from factory import __version__
 from factory.access import Access
 from factory.app import Factory
 from factory.config import Settings
-from factory.db.state import Job
 from factory.errors import BadInput, FactoryError, InvalidOperation, ManifestError, NoSuchJob
+from factory.job import Job
 from factory.ops import Dispatcher, Operations
 from factory.store import open_store
 from factory.web import api, console
@@ -73,7 +73,7 @@ def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI
     app.state.thumbnails = Thumbnails(app.state.store)
     app.state.runner = runner  # None with a broker
     app.state.live = LiveHub(
-        lambda batch: factory.jobs.list_jobs(batch=batch, limit=100_000),
+        ops.all_jobs,
         settings.console.live_every,
     )
     templates = Jinja2Templates(directory=str(HERE / "templates"))

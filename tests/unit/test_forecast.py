@@ -16,6 +16,7 @@ from factory.forecast import (
     makespan,
     parse_window,
     segment_estimate,
+    time_left,
 )
 from factory.manifest import parse_manifest
 
@@ -102,3 +103,16 @@ def test_fits_or_not_and_how_many_gpus_would_fit() -> None:
     assert four.fits and {v.gpu for v in four.videos} == {0, 1, 2, 3}
     assert "history: 0.50 s per second" in four.cpu_basis
     assert forecast(videos, history, gpus=2, start=start).fits is None  # no window given
+
+
+def test_time_left_is_the_job_s_own_pace_once_it_has_one_else_the_estimate() -> None:
+    """The one rule behind the console's ETA and `factory watch` (issue 36)."""
+    video = parse_manifest(
+        "batch: b\ndefaults: {duration: 10, fps: 12, segment: {frames: 24, overlap: 4}}\n"
+        "videos: [{id: v, prompt: p}]\n",
+        source="test",
+    ).videos[0]
+    progress = {"segments_total": 6, "segments": [0, 1]}
+    assert time_left(video, progress, (2, 30.0), estimate=99.0, cpu_rate=0.5) == 4 * 15 + 5
+    assert time_left(video, progress, None, estimate=20.0, cpu_rate=0.5) == 4 * 20 + 5
+    assert time_left(video, progress | {"segments": list(range(6))}, (6, 60.0), 20.0, 0.0) == 0
