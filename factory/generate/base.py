@@ -36,6 +36,11 @@ class PromptEmbedding:
 
 class Generator(Protocol):
     name: str
+    # Continues a segment from the previous one's carried latents (a latent family), not from
+    # its decoded tail frames: the pipeline stores and hands over the carry instead.
+    carries_latents: bool
+    # What GPU memory the last generate() used (None where nothing is measured: off the GPU).
+    last_memory: dict[str, Any] | None
 
     def load(self, device: str) -> None: ...
 

@@ -59,6 +59,7 @@ class DiffusersGenerator:
     """The shared part: loading, attention, memory governance, seeding, output checks."""
 
     uses_embedding_cache = True
+    carries_latents = False  # LatentGenerator: True
 
     def __init__(
         self,

@@ -15,6 +15,7 @@ import hashlib
 import textwrap
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -35,6 +36,8 @@ class SceneLook:
 
 class ProceduralGenerator:
     name = "procedural"
+    carries_latents = False
+    last_memory: dict[str, Any] | None = None
 
     def load(self, device: str) -> None:
         """Nothing to load; the procedural generator runs anywhere."""

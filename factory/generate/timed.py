@@ -7,6 +7,7 @@ scheduler, the sweeper and the encoder overlap are concerned, like one on a real
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from factory.generate.base import Frames, PromptEmbedding, SegmentSpec
 from factory.generate.procedural import ProceduralGenerator
@@ -15,6 +16,8 @@ from factory.infra import stopping
 
 class TimedGenerator:
     name = "timed"
+    carries_latents = False
+    last_memory: dict[str, Any] | None = None
 
     def __init__(self, seconds_per_segment: float) -> None:
         self.seconds_per_segment = seconds_per_segment

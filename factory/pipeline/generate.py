@@ -13,15 +13,21 @@ from typing import Any
 
 import numpy as np
 
-from factory.db.state import Job, SegmentRecord
 from factory.errors import PermanentError
 from factory.generate import Generator, PromptEmbedding, SegmentSpec, segment_seed
 from factory.generate.guard import check_frames
 from factory.infra import metrics, stopping
+from factory.job import Job, SegmentRecord
 from factory.media.intermediate import read_frames, read_tail, write_segment, write_tail
 from factory.pipeline.context import StageContext
-from factory.pipeline.files import Segments
 from factory.pipeline.lineage import Lineage, Operation, lineage
+from factory.pipeline.segment_files import (
+    recorded,
+    store_segment,
+    stored_carry,
+    stored_tail,
+    stored_written_tail,
+)
 from factory.plan import SegmentPlan, plan_segments, scene_start_frames
 from factory.qc.seams import WINDOW, colour_record, score_seam
 from factory.redo import given
@@ -125,18 +131,7 @@ def generate_segment(
     history = _lineage(ctx, job)
     k = history.touched(history.final, plan.index)
     op = history.operations[k]
-    usable = warm is not None and warm.continues(ctx, job, plan.index)
-    tail = before = carry = None
-    if plan.context:
-        tail = warm.frames if usable and warm else _stored_tail(ctx, job, plan.index - 1)
-    if plan.index > 0 and getattr(generator, "carries_latents", False):
-        carry = warm.carry if usable and warm and warm.carry else None
-        if carry is None:
-            carry = _stored_carry(ctx, job, plan.index - 1)
-    if plan.index > 0:
-        before = warm.written if usable and warm and warm.written is not None else None
-        if before is None:
-            before = _stored_written_tail(ctx, job, plan.index - 1)
+    tail, carry, before = _what_it_continues(ctx, job, plan, generator, warm)
     redo = job.progress.get("redo")
     plans = video_plan(video)
     pasts = _Pasts(ctx, job, history, generator)
@@ -144,13 +139,8 @@ def generate_segment(
     if history.joined(k, plan.index):
         # A redo's join whose last segment a later redo joined into in turn (that later join
         # was recorded, not this one): its past frames cross-faded again here, on their own.
-        join_frames = cross_fade(plan, tail, pasts.state(k - 1, plan.index).frames)
-        seam = score_seam(before, join_frames, plan.context, seam=plan.index,
-                          frame=plan.write_start, fps=video.fps, limits=ctx.qc,
-                          scene_change=_scene_change(op.prompts, plans, plan.index))  # fmt: skip
-        job = _record_join(ctx, job, plan, join_frames, pasts.state(k - 1, plan.index).tail,
-                           seam, 0)  # fmt: skip
-        return job, None
+        past = pasts.state(k - 1, plan.index)
+        return _join_again(ctx, job, plan, tail, before, past, op, plans), None
     join = plans[op.join] if op.join is not None and plan.index == op.last else None
     source = pasts.state(k - 1, join.index) if join is not None else None
 
@@ -168,7 +158,7 @@ def generate_segment(
     made = _made(ctx, job, plan, op, generator, tail, carry, before, join, source, regenerated)
     stitched, carried, seam, joined, joined_seam, regeneration = made
     stopping.check()  # a holder that lost the job stops before it writes anything
-    _store_segment(ctx, job, plan, stitched.frames, stitched.tail, carried)
+    store_segment(ctx, job, plan, stitched.frames, stitched.tail, carried)
     # The join is recorded only while it is what the current content has (a later redo may
     # have made that segment again since; its seam was judged all the same, as when this redo
     # ran). The join first: a crash between the two records leaves this segment to make
@@ -181,7 +171,74 @@ def generate_segment(
     ):
         job = _record_join(ctx, job, join, joined, source.tail, joined_seam, regeneration)
     seconds = round(time.monotonic() - started, 3)
-    used = getattr(generator, "last_memory", None)
+    job = _record_made(ctx, job, plan, stitched, seam, regeneration, seconds, generator,
+                       prompts, pasts.made)  # fmt: skip
+    if redo is not None:
+        ctx.machine.note(job.job_id, "redo.segment.done",
+                         {"segment": plan.index, "version": redo["version"], "seconds": seconds,
+                          **({"join": join.index} if join is not None else {})})  # fmt: skip
+    written = np.ascontiguousarray(stitched.frames[-WINDOW:])
+    tail_frames = np.ascontiguousarray(stitched.tail)
+    return job, WarmTail(job.job_id, plan.index, tail_frames, written, carried, job.attempt)
+
+
+def _join_again(
+    ctx: StageContext,
+    job: Job,
+    plan: SegmentPlan,
+    tail: np.ndarray | None,
+    before: np.ndarray | None,
+    past: Past,
+    op: Operation,
+    plans: list[SegmentPlan],
+) -> Job:
+    """A joined segment made again from its past frames: cross-faded from `tail`, its seam
+    judged against `before`, recorded as the join."""
+    join_frames = cross_fade(plan, tail, past.frames)
+    seam = score_seam(before, join_frames, plan.context, seam=plan.index,
+                      frame=plan.write_start, fps=job.video.fps, limits=ctx.qc,
+                      scene_change=_scene_change(op.prompts, plans, plan.index))  # fmt: skip
+    return _record_join(ctx, job, plan, join_frames, past.tail, seam, 0)
+
+
+def _what_it_continues(
+    ctx: StageContext, job: Job, plan: SegmentPlan, generator: Generator, warm: WarmTail | None
+) -> tuple[np.ndarray | None, bytes | None, np.ndarray | None]:
+    """What the segment continues from the one before: the tail frames it is conditioned on,
+    the latents carried (a latent family), and the written frames its seam is judged
+    against; from this worker's warm tail when it still holds the segment before, else from
+    the store."""
+    usable = warm is not None and warm.continues(ctx, job, plan.index)
+    tail = before = carry = None
+    if plan.context:
+        tail = warm.frames if usable and warm else stored_tail(ctx, job, plan.index - 1)
+    if plan.index > 0 and generator.carries_latents:
+        carry = warm.carry if usable and warm and warm.carry else None
+        if carry is None:
+            carry = stored_carry(ctx, job, plan.index - 1)
+    if plan.index > 0:
+        before = warm.written if usable and warm and warm.written is not None else None
+        if before is None:
+            before = stored_written_tail(ctx, job, plan.index - 1)
+    return tail, carry, before
+
+
+def _record_made(
+    ctx: StageContext,
+    job: Job,
+    plan: SegmentPlan,
+    stitched: Stitched,
+    seam: Any,
+    regeneration: int,
+    seconds: float,
+    generator: Generator,
+    prompts: Any,
+    past_segments_made: Any,
+) -> Job:
+    """The segment's record (its seam, colour and memory) and its `segment.done` event, in
+    one fenced write; the job's drift anchor with segment 0."""
+    video = job.video
+    used = generator.last_memory
     gpu = (used or {}).get("gpu") or ctx.device
     metrics.segment_done(video.model.family, f"{video.width}x{video.height}", gpu, seconds)
     record = SegmentRecord(
@@ -192,7 +249,7 @@ def generate_segment(
         seam={**seam.to_dict(), "regenerations": regeneration} if seam is not None else None,
         memory=used or None,
     )
-    job = ctx.machine.record_segment(
+    return ctx.machine.record_segment(
         job.job_id,
         attempt=job.attempt,
         record=record,
@@ -205,7 +262,7 @@ def generate_segment(
             "seconds": seconds,
             "frames": plan.write_count,
             **({"regenerations": regeneration} if regeneration else {}),
-            **({"past_segments_made": pasts.made} if pasts.made else {}),
+            **({"past_segments_made": past_segments_made} if past_segments_made else {}),
             **_backend(generator),
             **({"memory": used} if used else {}),
             **(
@@ -218,13 +275,6 @@ def generate_segment(
             "segment_frames": plan.frames,
         },
     )
-    if redo is not None:
-        ctx.machine.note(job.job_id, "redo.segment.done",
-                         {"segment": plan.index, "version": redo["version"], "seconds": seconds,
-                          **({"join": join.index} if join is not None else {})})  # fmt: skip
-    written = np.ascontiguousarray(stitched.frames[-WINDOW:])
-    tail_frames = np.ascontiguousarray(stitched.tail)
-    return job, WarmTail(job.job_id, plan.index, tail_frames, written, carried, job.attempt)
 
 
 def _made(
@@ -340,7 +390,7 @@ class _Pasts:
         if (t, index) in self.known:
             return self.known[(t, index)]
         if history.touched(history.final, index) == t and index in job.progress["segments"]:
-            made = _recorded(ctx, job, index)
+            made = recorded(ctx, job, index)
             tail = made.tail(index) if video_plan(video)[index].tail else None
             past = self._stored((made.segment(index), tail))
         else:
@@ -363,7 +413,7 @@ class _Pasts:
 
     def _make(self, k: int, index: int) -> None:
         ctx, job, history = self.ctx, self.job, self.history
-        if getattr(self.generator, "carries_latents", False):
+        if self.generator.carries_latents:
             raise PermanentError(
                 f"segment {index} would have to be made as it was before a redo joined into "
                 f"it, and {job.video.model.family} cannot (latent families have no joins)"
@@ -512,7 +562,7 @@ def _make(
     own_seed = given(seeds, plan.index)  # a redo's new seed
     seed = segment_seed(video.seed if own_seed is None else own_seed, plan.index, regeneration)
     carried = None
-    if getattr(generator, "carries_latents", False):
+    if generator.carries_latents:
         # A latent family continues the previous segment's latents (and noise, where the
         # family chains it); a regeneration, and a segment a redo gave its own seed, draw
         # this segment's noise from its seed (the chained noise would make it again as it was).
@@ -540,55 +590,6 @@ def run_generate(ctx: StageContext, job: Job) -> Job:
         if ctx.on_segment:
             ctx.on_segment(job, plan.index)
     return ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.ENCODE)
-
-
-def _store_segment(
-    ctx: StageContext,
-    job: Job,
-    plan: SegmentPlan,
-    frames: np.ndarray,
-    tail: np.ndarray,
-    carry: bytes | None = None,
-) -> None:
-    """The segment's files under names of this attempt: whatever a stale holder of the same
-    segment writes lands beside them, never on them; the checkpoint then records which
-    attempt's files are the segment."""
-    video = job.video
-    batch, name, attempt = video.batch, video.video_id, job.attempt
-    work = ctx.work_dir(video)
-    with tempfile.TemporaryDirectory(dir=work) as scratch:
-        segment_file = work / scratch / "segment.mkv"
-        write_segment(segment_file, frames, video.fps)
-        if plan.tail:
-            tail_file = work / scratch / "tail.npy"
-            write_tail(tail_file, tail)
-            ctx.store.put_file(keys.tail(batch, name, plan.index, attempt), tail_file, move=True)
-        if carry is not None and not plan.is_last:
-            ctx.store.put_bytes(keys.carry(batch, name, plan.index, attempt), carry)
-        stopping.check()
-        ctx.store.put_file(keys.segment(batch, name, plan.index, attempt), segment_file, move=True)
-
-
-def _recorded(ctx: StageContext, job: Job, index: int) -> Segments:
-    record = ctx.machine.segment(job.job_id, index)
-    return Segments(job, {index: record} if record is not None else {})
-
-
-def _stored_written_tail(ctx: StageContext, job: Job, index: int) -> np.ndarray:
-    """The last frames a stored segment wrote (a cold worker's view of the seam's left side)."""
-    video = job.video
-    with ctx.store.local_path(_recorded(ctx, job, index).segment(index)) as path:
-        return np.ascontiguousarray(read_frames(path, video.width, video.height)[-WINDOW:])
-
-
-def _stored_carry(ctx: StageContext, job: Job, index: int) -> bytes:
-    with ctx.store.local_path(_recorded(ctx, job, index).carry(index)) as path:
-        return path.read_bytes()
-
-
-def _stored_tail(ctx: StageContext, job: Job, index: int) -> np.ndarray:
-    with ctx.store.local_path(_recorded(ctx, job, index).tail(index)) as path:
-        return read_tail(path)
 
 
 def _backend(generator: object) -> dict[str, Any]:
