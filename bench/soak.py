@@ -217,7 +217,7 @@ def main() -> int:
                 break
             time.sleep(2)
         invariants.check(ops, job_ids)
-        from factory.cli.main import _next_step
+        from factory.cli.describe import next_step as _next_step
 
         for job_id in job_ids:
             job = ops.job(job_id)

@@ -11,7 +11,6 @@ import os
 import socket
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,23 +19,21 @@ from rich.table import Table
 
 from factory import __version__
 from factory.cli import cluster as cli_cluster
-from factory.cli import common
+from factory.cli import common, describe
 from factory.cli import forecast as cli_forecast
 from factory.cli import gc as cli_gc
 from factory.cli import gpu as cli_gpu
 from factory.cli import qc as cli_qc
 from factory.cli import redo as cli_redo
+from factory.cli import schema as cli_schema
 from factory.cli import serve as cli_serve
 from factory.cli import topology as cli_topology
 from factory.cli.common import err, out
-from factory.db import migrate
-from factory.db.session import Database
 from factory.errors import BadInput, FactoryError
-from factory.job import Job
-from factory.ops import JobView, check_manifest, event_dict, job_summary, local_actor
+from factory.ops import check_manifest, event_dict, job_summary, local_actor
 from factory.retention import gc_note
 from factory.runview import RunDisplay, summary_table
-from factory.stages import REQUEUE_TARGETS, Action, Stage
+from factory.stages import REQUEUE_TARGETS, Stage
 from factory.store import S3Settings, open_store
 
 if TYPE_CHECKING:  # imported where a manifest is read: `factory jobs` and `status` need none
@@ -56,8 +53,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     add_completion=False,
 )
-db_app = typer.Typer(help="Database schema (Alembic migrations).", no_args_is_help=True)
-app.add_typer(db_app, name="db")
 
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts instead of a table.")
 STAGE_NAMES = [s.value for s in Stage]
@@ -71,35 +66,6 @@ def _root(
     if version:
         out.print(__version__)
         raise typer.Exit(0)
-
-
-# --- db ------------------------------------------------------------------------------
-
-
-@db_app.command("upgrade")
-def db_upgrade(revision: str = typer.Argument("head", help="Target revision.")) -> None:
-    """Apply migrations up to REVISION (default: the newest)."""
-    database = Database(common.settings().database_url)
-    before = migrate.current_revision(database)
-    migrate.upgrade(database, revision)
-    after = migrate.current_revision(database)
-    out.print(f"database at revision {after} (was {before or 'empty'})")
-
-
-@db_app.command("downgrade")
-def db_downgrade(revision: str = typer.Argument(..., help="Target revision, or 'base'.")) -> None:
-    """Revert migrations down to REVISION ('base' removes every table)."""
-    database = Database(common.settings().database_url)
-    migrate.downgrade(database, revision)
-    out.print(f"database at revision {migrate.current_revision(database) or 'base (empty)'}")
-
-
-@db_app.command("current")
-def db_current() -> None:
-    """Print the database's revision and the newest one this factory knows."""
-    database = Database(common.settings().database_url)
-    current = migrate.current_revision(database)
-    out.print(f"current {current or 'none'}, head {migrate.head_revision()}")
 
 
 # --- manifests -------------------------------------------------------------------
@@ -299,11 +265,11 @@ def jobs(
         error = (job.last_error or {}).get("message", "")
         table.add_row(
             job.job_id,
-            _stage_text(job),
+            describe.stage_text(job),
             f"{len(p['segments'])}/{p['segments_total']}",
             str(job.attempt),
-            _ago(job.updated_at),
-            _short(error, 40),
+            describe.ago(job.updated_at),
+            describe.short(error, 40),
         )
     out.print(table)
     if not found:
@@ -324,7 +290,7 @@ def status(
     if as_json:  # the API's job, exactly (JobView.to_dict)
         _print_json(view.to_dict())
         return
-    for label, value in _status_lines(view):
+    for label, value in describe.status_lines(view):
         out.print(f"[bold]{label:<10}[/bold] {value}")
 
 
@@ -346,7 +312,7 @@ def events(
             e.stage.value,
             e.event,
             str(e.attempt),
-            _short(detail, 70),
+            describe.short(detail, 70),
         )
     out.print(table)
 
@@ -433,7 +399,7 @@ def approve(
     if as_json:
         _print_json(job_summary(job))
         return
-    where = "delivered" if job.stage is Stage.DONE else f"approved, now {_stage_text(job)}"
+    where = "delivered" if job.stage is Stage.DONE else f"approved, now {describe.stage_text(job)}"
     out.print(f"{job.job_id} {where}")
     if job.stage not in (Stage.DONE, Stage.DELIVER):
         raise typer.Exit(1)
@@ -474,194 +440,11 @@ def _stage(value: str, option: str) -> Stage:
         ) from None
 
 
-def _status_lines(view: JobView) -> list[tuple[str, str]]:
-    job, made = view.job, view.segments
-    p = job.progress
-    video = job.video
-    held = "last held by" if job.stage.is_terminal or job.stage.is_parked else "held by"
-    lines = [
-        ("job", job.job_id),
-        ("batch", job.batch),
-        ("stage", _stage_text(job)),
-        (
-            "video",
-            f"{video.duration:g} s at {video.fps} fps, {video.width}x{video.height}, "
-            f"{len(video.scenes)} scene(s), model {video.model.family}",
-        ),
-        (
-            "progress",
-            f"segments {len(p['segments'])}/{p['segments_total']}, "
-            f"frame {p['frame']}/{p['frames_total']}",
-        ),
-        ("attempt", f"{job.attempt}" + (f" {held} {job.claimed_by}" if job.claimed_by else "")),
-        ("heartbeat", _ago(job.heartbeat_at) if job.heartbeat_at else "none yet"),
-        ("updated", _ago(job.updated_at)),
-    ]
-    timings = [
-        f"{stage} {t['seconds']:.1f} s"
-        for stage, t in p.get("timings", {}).items()
-        if "seconds" in t
-    ]
-    if timings:
-        lines.append(("timings", ", ".join(timings)))
-    outputs = view.outputs
-    lines.append(
-        (
-            "outputs",
-            ", ".join(f"{k}: {v}" for k, v in outputs.items()) if outputs else "none delivered yet",
-        )
-    )
-    lines.append(("qc", _qc_text(p.get("qc"), [r.seam for r in made.values() if r.seam])))
-    for entry in view.versions:
-        current = job.version == entry.version
-        at = (entry.delivered_at or entry.reserved_at).isoformat()[:19]
-        said = f"v{entry.version}{' (published)' if current else ''} at {at}"
-        detail = entry.detail
-        if detail.get("kind") == "redo":
-            start, end = detail["range"]
-            said += (f": redo {start:g}-{end:g} s, segments {detail['segments'][0]}-"
-                     f"{detail['segments'][-1]} by {entry.actor or '?'}"
-                     + (f" ({detail['reason']})" if detail.get("reason") else ""))  # fmt: skip
-        elif detail.get("kind") == "redelivery":
-            said += ": delivered again after a requeue"
-        lines.append(("version", said))
-    if redo := p.get("redo"):
-        why = redo.get("reason") or "no reason given"
-        lines.append(("redo", f"version {redo['version']} in progress: segments "
-                              f"{redo['segments'][0]}-{redo['segments'][-1]} of "
-                              f"{redo['start']:g}-{redo['end']:g} s ({why})"))  # fmt: skip
-    if view.review_candidate:
-        c = view.review_candidate
-        lines.append(("candidate", f"attempt {c['attempt']}, to be delivered as version "
-                                   f"{c['version']}"))  # fmt: skip
-    if review := p.get("review"):
-        said = review.get("reason") or review.get("note") or ""
-        lines.append(
-            ("review", f"{review['decision']} by {review['by']} at {review['at'][:19]}"
-                       + (f": {said}" if said else ""))
-        )  # fmt: skip
-    if job.last_error:
-        e = job.last_error
-        lines.append(("error", f"{e['kind']} in {e['stage']}: {e['message']}"))
-    if gc := gc_note(job):
-        lines.append(("gc", gc))
-    if _waiting_after_interruption(job):
-        i = p["interrupted"]
-        at = _ago(datetime.fromisoformat(i["at"]))
-        lines.append(("interrupted", f"{i['reason']} ({at}, {i['count']} time(s) in {i['stage']})"))
-    lines.append(("next", _next_step(job)))
-    lines.append(("trace", job.trace_id))
-    return lines
-
-
-def _qc_text(qc: dict[str, Any] | None, seams: list[dict[str, Any]]) -> str:
-    """One line: the verdict, each rendition's fidelity, the seams; failures after it."""
-    if not qc:
-        regenerated = sum(s.get("regenerations", 0) for s in seams)
-        return f"not run yet ({len(seams)} seams scored, {regenerated} regenerated)"
-    parts = ["passed" if qc.get("passed") else "FAILED"]
-    for name, values in (qc.get("fidelity") or {}).items():
-        vmaf, psnr, ssim = (values.get(k) for k in ("vmaf", "psnr_y", "ssim"))
-        parts.append(
-            f"{name} VMAF {'n/a' if vmaf is None else f'{vmaf:.1f}'}"
-            f" PSNR-Y {'n/a' if psnr is None else f'{psnr:.1f} dB'}"
-            f" SSIM {'n/a' if ssim is None else f'{ssim:.3f}'}"
-        )
-    if qc.get("seams") is not None:
-        worst = qc.get("worst_seam_jump")
-        parts.append(
-            f"{qc['seams']} seams (worst jump {worst if worst is not None else '-'}, "
-            f"{qc.get('regenerations', 0)} regenerated)"
-        )
-    text = " · ".join(parts)
-    failures = qc.get("failures") or []
-    if failures:
-        text += "\n           " + "\n           ".join(failures[:5])
-    if qc.get("report"):
-        text += f"\n           report {qc['report']} (+ contact.png, quality.png)"
-    return text
-
-
-def _next_step(job: Job) -> str:
-    """What the operator can do next, from the one table of actions (Job.actions)."""
-    can, j = job.actions, job.job_id
-    if Action.APPROVE in can:
-        return (
-            f"waiting for review: `factory approve {j}` delivers it, "
-            f"`factory reject {j} --reason TEXT` sends it back (or the console)"
-        )
-    if job.stage is Stage.DONE and Action.REDO in can:
-        return (
-            f"nothing; `factory redo {j} --range START-END` makes a range again, "
-            f"`factory requeue {j} --from STAGE` redoes part of it"
-        )
-    if job.stage is Stage.DONE:
-        return (
-            f"nothing; `factory requeue {j} --from generate` makes it again from "
-            "scratch (gc removed its intermediates)"
-        )
-    if job.stage is Stage.FAILED and Action.CANCEL in can:
-        return (
-            f"`factory requeue {j}` continues the redo; `factory cancel {j}` "
-            f"drops it and keeps version {job.version} published"
-        )
-    if job.stage is Stage.FAILED and job.stopped_stage is Stage.REVIEW:
-        return (
-            f"`factory requeue {j} --from generate` makes it again (or --from another "
-            f"stage); `factory requeue {j}` puts the same video up for review again"
-        )
-    if job.stage in (Stage.FAILED, Stage.CANCELLED):
-        where = job.stopped_stage.value if job.stopped_stage else "queued"
-        return (
-            f"`factory requeue {j}` continues at {where} keeping its progress; "
-            f"add `--from STAGE` to redo from an earlier stage"
-        )
-    if _waiting_after_interruption(job):
-        return (
-            "the sweeper resumes it from this stage after FACTORY_STALE_AFTER; nothing is lost. "
-            "Fix what the interruption names if it keeps coming back"
-        )
-    if job.stage is Stage.QUEUED and job.claimed_by is None:
-        return f"waiting for a worker; `factory cancel {j}` withdraws it"
-    return f"in progress; `factory cancel {j}` stops it at its next checkpoint"
-
-
-def _waiting_after_interruption(job: Job) -> bool:
-    return (
-        bool(job.progress.get("interrupted")) and not job.claimed_by and not job.stage.is_terminal
-    )
-
-
-def _stage_text(job: Job) -> str:
-    if job.stopped_stage and job.stage in (Stage.FAILED, Stage.CANCELLED):
-        return f"{job.stage.value} (in {job.stopped_stage.value})"
-    return job.stage.value
-
-
-def _ago(moment: datetime | None) -> str:
-    if moment is None:
-        return "-"
-    seconds = max(0, int((datetime.now(UTC) - moment).total_seconds()))
-    if seconds < 120:
-        return f"{seconds} s ago"
-    if seconds < 7200:
-        return f"{seconds // 60} min ago"
-    return f"{seconds // 3600} h ago"
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
-
-
-def _short(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
 def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=2, ensure_ascii=False, default=str) + "\n")
 
 
+cli_schema.register(app)
 cli_cluster.register(app)
 cli_gpu.register(app)
 cli_topology.register()

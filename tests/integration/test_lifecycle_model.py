@@ -17,7 +17,7 @@ After every step:
 - (b) the current version never goes back (nor disappears);
 - (c) the current version's files exist and its delivered qc.json says passed;
 - (d) a job that is not running has a next step that `factory status` names
-  (factory.cli.main._next_step), and every command it names is accepted (tried on a copy of
+  (factory.cli.describe.next_step), and every command it names is accepted (tried on a copy of
   the database); at the end of every example the named steps are taken for real until the job
   is done;
 - (e) what is delivered is what a fresh run of the same spec with the same accepted redo
@@ -79,7 +79,7 @@ from hypothesis.stateful import (
 
 from factory.access import Access
 from factory.app import Factory
-from factory.cli.main import _next_step  # what `factory status` prints as "next"
+from factory.cli.describe import next_step  # what `factory status` prints as "next"
 from factory.config import Settings
 from factory.errors import FactoryError
 from factory.job import Job
@@ -865,7 +865,7 @@ class Lifecycle(RuleBasedStateMachine):
             else:
                 self.run()
             return
-        text = _next_step(job)
+        text = next_step(job)
         steps = named_steps(text, self.job_id)
         assert steps, (
             f"{self.said()}: `factory status` names no command for a {job.stage.value} job: "
@@ -955,7 +955,7 @@ class Lifecycle(RuleBasedStateMachine):
                 self.explain_content(version, view)
         # (d) A job not running has a next step that `factory status` names, and it works.
         if not self.running(job):
-            text = _next_step(job)
+            text = next_step(job)
             assert text, f"`factory status` names no next step for a {job.stage.value} job"
             for step in named_steps(text, self.job_id):
                 self.try_on_copy(job, step, text)
@@ -1016,7 +1016,7 @@ class Lifecycle(RuleBasedStateMachine):
         job = self.job()
         assert job.stage is Stage.DONE, (
             f"following `factory status` after {self.said(10)} did not bring the job to done: "
-            f"it is {job.stage.value}; status says {_next_step(job)!r}"
+            f"it is {job.stage.value}; status says {next_step(job)!r}"
         )
 
 
