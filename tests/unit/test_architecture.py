@@ -17,23 +17,29 @@ from tests.conftest import REPO
 
 LAYERED = ("factory", "tasks")
 COMPOSITION_ROOTS = ("factory.cli", "factory.web.app")
-# What the interfaces may use besides the operations layer: errors, settings and the stage
-# names are the vocabulary every layer shares.
-SHARED = {"factory", "factory.ops", "factory.errors", "factory.config", "factory.stages"}
+# What the interfaces may use besides the operations layer: errors, settings, the stage
+# names and the job's record are the vocabulary every layer shares.
+SHARED = {
+    "factory",
+    "factory.ops",
+    "factory.errors",
+    "factory.config",
+    "factory.stages",
+    "factory.job",
+}
 
 # Where the interfaces still reach below the operations layer (2026-12-05): the next steps
 # of issue 36 move these behind Operations. Access (tokens, sessions) is the web's own
 # authentication, not an operation.
 KNOWN: dict[str, set[str]] = {
     "factory.cli.cluster": {
-        "factory.app",
-        "factory.db.state",
         "factory.forecast",
         "factory.generate.devices",
         "factory.gpu.topology",
         "factory.infra.redact",
     },
     "factory.cli.common": {"factory.app"},
+    "factory.cli.describe": {"factory.retention"},
     "factory.cli.forecast": {"factory.app", "factory.forecast", "factory.manifest"},
     "factory.cli.gc": {"factory.app", "factory.retention", "factory.store"},
     "factory.cli.gpu": {
@@ -48,10 +54,6 @@ KNOWN: dict[str, set[str]] = {
         "factory.store.assets",
     },
     "factory.cli.main": {
-        "factory.db",
-        "factory.db.migrate",
-        "factory.db.session",
-        "factory.db.state",
         "factory.manifest",
         "factory.pipeline.context",
         "factory.pipeline.runner",
@@ -61,6 +63,7 @@ KNOWN: dict[str, set[str]] = {
     },
     "factory.cli.qc": {"factory.qc.check_file"},
     "factory.cli.redo": {"factory.redo", "factory.runview"},
+    "factory.cli.schema": {"factory.db", "factory.db.migrate", "factory.db.session"},
     "factory.cli.serve": {"factory.access", "factory.app", "factory.db.models"},
     "factory.cli.topology": {
         "factory.app",
@@ -71,7 +74,7 @@ KNOWN: dict[str, set[str]] = {
         "factory.infra.logs",
     },
     "factory.web.api": {"factory.access"},
-    "factory.web.app": {"factory.access", "factory.app", "factory.db.state", "factory.store"},
+    "factory.web.app": {"factory.access", "factory.app", "factory.store"},
     "factory.web.auth": {"factory.access"},
     "factory.web.console": {
         "factory.access",
@@ -81,9 +84,7 @@ KNOWN: dict[str, set[str]] = {
         "factory.qc.thresholds",
     },
     "factory.web.guard": {"factory.access"},
-    "factory.web.live": {"factory.db.state"},
     "factory.web.media": {
-        "factory.db.state",
         "factory.media.frames",
         "factory.media.presets",
         "factory.pipeline",
@@ -93,7 +94,6 @@ KNOWN: dict[str, set[str]] = {
         "factory.store.base",
         "factory.store.keys",
     },
-    "factory.web.runner": {"factory.db.state"},
 }
 
 
