@@ -53,46 +53,54 @@ def _exec(argv: list[str], env: dict[str, str] | None = None) -> None:
               {**os.environ, **(env or {})})  # fmt: skip
 
 
+_GPUS = typer.Option(
+    None,
+    "--gpus",
+    help="auto: a worker for every GPU nvidia-smi lists (or a list, 0,2,3), supervised "
+    "from this process; the node's topology is recorded (`factory gpu topology`).",
+)
+_NICE = typer.Option(
+    10,
+    "--nice",
+    min=0,
+    max=19,
+    help="With --cpu: run the CPU stages this much below normal priority, so that a GPU "
+    "worker on the same node never waits behind an encode (0: same priority).",
+)
+_HEALTH_PORT = typer.Option(
+    None,
+    "--health-port",
+    min=0,
+    max=65535,
+    help="Serve /livez, /readyz and /metrics on this port (docs/operations.md); "
+    "with --gpus, GPU i of the list on PORT+i.",
+)
+_CPUS = typer.Option(
+    None, "--cpus", help="Run on these CPUs only, e.g. 0-31,64-95 (Linux cpulist)."
+)
+_PIN_CPUS = typer.Option(
+    True, "--pin-cpus/--no-pin-cpus", help="With --gpus: each worker on its GPU's NUMA CPUs."
+)
+_ALLOW_CPU = typer.Option(
+    False,
+    "--allow-cpu",
+    help="With --gpu/--gpus: when there is no such GPU here, run the GPU stages on the CPU "
+    "(saying so) instead of refusing to start (FACTORY_WORKER_ALLOW_CPU=1).",
+)
+
+
 def worker(
     gpu: int | None = typer.Option(None, "--gpu", min=0, help="Serve this GPU (one per GPU)."),
-    gpus: str | None = typer.Option(
-        None,
-        "--gpus",
-        help="auto: a worker for every GPU nvidia-smi lists (or a list, 0,2,3), supervised "
-        "from this process; the node's topology is recorded (`factory gpu topology`).",
-    ),
+    gpus: str | None = _GPUS,
     cpu: bool = typer.Option(False, "--cpu", help="Serve the CPU stages (encode … deliver)."),
     concurrency: int = typer.Option(2, "--concurrency", min=1, help="CPU worker processes."),
-    nice: int = typer.Option(
-        10,
-        "--nice",
-        min=0,
-        max=19,
-        help="With --cpu: run the CPU stages this much below normal priority, so that a GPU "
-        "worker on the same node never waits behind an encode (0: same priority).",
-    ),
+    nice: int = _NICE,
     max_tasks: int = typer.Option(500, "--max-tasks-per-child", min=1),
     loglevel: str = typer.Option("info", "--loglevel"),
-    health_port: int | None = typer.Option(
-        None,
-        "--health-port",
-        min=0,
-        max=65535,
-        help="Serve /livez, /readyz and /metrics on this port (docs/operations.md); "
-        "with --gpus, GPU i of the list on PORT+i.",
-    ),
-    cpus: str | None = typer.Option(
-        None, "--cpus", help="Run on these CPUs only, e.g. 0-31,64-95 (Linux cpulist)."
-    ),
-    pin_cpus: bool = typer.Option(
-        True, "--pin-cpus/--no-pin-cpus", help="With --gpus: each worker on its GPU's NUMA CPUs."
-    ),
-    allow_cpu: bool = typer.Option(
-        False,
-        "--allow-cpu",
-        help="With --gpu/--gpus: when there is no such GPU here, run the GPU stages on the CPU "
-        "(saying so) instead of refusing to start (FACTORY_WORKER_ALLOW_CPU=1).",
-    ),
+    health_port: int | None = _HEALTH_PORT,
+    cpus: str | None = _CPUS,
+    pin_cpus: bool = _PIN_CPUS,
+    allow_cpu: bool = _ALLOW_CPU,
 ) -> None:
     """Start a Celery worker: `--gpu N` (its own queue gpu.<host>.<N> and the shared `gpu`
     queue, one process, on GPU N of those this process sees: nvidia-smi's numbering, a
@@ -105,17 +113,13 @@ def worker(
     settings = Settings.from_env()
     base = _celery_base(settings)
     if gpus is not None:
-        from factory.cli.topology import run_gpu_pool
-
         if cpus:
             raise BadInput(
                 "--gpus pins each worker to its own GPU's CPUs; --cpus is for one worker "
                 "(--no-pin-cpus leaves them unpinned)",
                 field="--cpus",
             )
-
-        options = ["--max-tasks-per-child", str(max_tasks), "--loglevel", loglevel]
-        raise typer.Exit(run_gpu_pool(settings, gpus, options, health_port, pin_cpus))
+        raise typer.Exit(_gpu_pool(settings, gpus, max_tasks, loglevel, health_port, pin_cpus))
     if cpus:
         _pin_to(cpus)
     host = socket.gethostname()
@@ -123,27 +127,49 @@ def worker(
     health = _health_env(settings, name, health_port)
     if gpu is not None:
         health["FACTORY_GPU_INDEX"] = str(gpu)
-    common = ["worker", "-P", "prefork", f"--max-tasks-per-child={max_tasks}", "-l", loglevel,
-              "-E"]  # fmt: skip
+    argv = [*base, "worker", "-P", "prefork", f"--max-tasks-per-child={max_tasks}", "-l",
+            loglevel, "-E"]  # fmt: skip
     if gpu is not None:
-        from tasks.queues import gpu_queue  # the CLI is the edge where factory/ meets tasks/
+        _exec_gpu_worker(settings, argv, gpu, host, health)
+        return
+    if nice:
+        os.nice(nice)  # inherited by the worker's processes and the encoders they start
+    _exec([*argv, "-c", str(concurrency), "-Q", "cpu", "-n", f"cpu@{host}"],
+          {"FACTORY_GPU_QUEUE": "", **health})  # fmt: skip
 
-        queue = gpu_queue(gpu, host)
-        # PCI order: CUDA's default (fastest first) may number a mixed node's GPUs unlike
-        # nvidia-smi, NVML (readiness) and the recorded topology.
-        cuda = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-                "CUDA_VISIBLE_DEVICES": _gpu_device(settings, gpu)}  # fmt: skip
-        if cuda["CUDA_VISIBLE_DEVICES"].isdigit():
-            health["FACTORY_GPU_INDEX"] = cuda["CUDA_VISIBLE_DEVICES"]  # NVML's numbering
-        # Own queue first: with the broker's "priority" queue order (tasks/app.py) this
-        # worker takes its job's next segment before any new job from the shared queue.
-        _exec([*base, *common, "-c", "1", "-Q", f"{queue},gpu", "-n", f"gpu{gpu}@{host}"],
-              {**cuda, "FACTORY_GPU_QUEUE": queue, **health})  # fmt: skip
-    else:
-        if nice:
-            os.nice(nice)  # inherited by the worker's processes and the encoders they start
-        _exec([*base, *common, "-c", str(concurrency), "-Q", "cpu", "-n", f"cpu@{host}"],
-              {"FACTORY_GPU_QUEUE": "", **health})  # fmt: skip
+
+def _gpu_pool(
+    settings: Settings,
+    gpus: str,
+    max_tasks: int,
+    loglevel: str,
+    health_port: int | None,
+    pin_cpus: bool,
+) -> int:
+    """`--gpus`: a worker per GPU, supervised from this process until they stop."""
+    from factory.cli.topology import run_gpu_pool
+
+    options = ["--max-tasks-per-child", str(max_tasks), "--loglevel", loglevel]
+    return run_gpu_pool(settings, gpus, options, health_port, pin_cpus)
+
+
+def _exec_gpu_worker(
+    settings: Settings, argv: list[str], gpu: int, host: str, health: dict[str, str]
+) -> None:
+    """Become the worker of GPU `gpu`: one process, its own queue first, then the shared one."""
+    from tasks.queues import gpu_queue  # the CLI is the edge where factory/ meets tasks/
+
+    queue = gpu_queue(gpu, host)
+    # PCI order: CUDA's default (fastest first) may number a mixed node's GPUs unlike
+    # nvidia-smi, NVML (readiness) and the recorded topology.
+    cuda = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "CUDA_VISIBLE_DEVICES": _gpu_device(settings, gpu)}  # fmt: skip
+    if cuda["CUDA_VISIBLE_DEVICES"].isdigit():
+        health["FACTORY_GPU_INDEX"] = cuda["CUDA_VISIBLE_DEVICES"]  # NVML's numbering
+    # Own queue first: with the broker's "priority" queue order (tasks/app.py) this
+    # worker takes its job's next segment before any new job from the shared queue.
+    _exec([*argv, "-c", "1", "-Q", f"{queue},gpu", "-n", f"gpu{gpu}@{host}"],
+          {**cuda, "FACTORY_GPU_QUEUE": queue, **health})  # fmt: skip
 
 
 def _gpu_device(settings: Settings, gpu: int) -> str:

@@ -51,16 +51,11 @@ def preload(
     Run it on every node (scripts/nightly.sh does, before submitting)."""
     from factory import preflight
     from factory.manifest import load_manifest
+    from factory.ops import check_manifest
     from factory.store import open_store
-    from factory.store.assets import node_ring, open_asset_cache
 
     settings = Settings.from_env()
-    checked = preflight.check(  # the same checks as submit: a bad asset is exit 2 here too
-        load_manifest(manifest),
-        lambda: open_store(settings.store_url, settings.s3),
-        confinement=settings.confinement,
-        s3=settings.s3,
-    )
+    checked = check_manifest(load_manifest(manifest), settings)  # a bad asset: exit 2 here too
     for warning in checked.warnings:
         err.print(f"warning: {warning}", markup=False)
     parsed = checked.manifest
@@ -68,7 +63,6 @@ def preload(
     store = open_store(settings.store_url, settings.s3)
     preflight.upload(checked, store)
     references = list(dict.fromkeys(a for video in parsed.videos for a in video.assets))
-    assets = open_asset_cache(settings, store)
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -77,38 +71,48 @@ def preload(
     )
     report: dict[str, Any] = {"node": settings.node_name, "nodes": list(settings.nodes)}
     with Progress(*columns, console=err, disable=as_json or not err.is_terminal) as bar:
-        task = bar.add_task("assets", total=len(references))
-        outcomes: dict[str, str] = {}
-
-        def each(reference: str, outcome: str) -> None:
-            outcomes[reference] = outcome
-            bar.advance(task)
-
-        warmed = assets.warm(
-            references,
-            ring=None if all_assets else node_ring(settings),
-            node=settings.node_name,
-            replicas=settings.asset_replicas,
-            on_each=each,
-        )
-        report["assets"] = {
-            "referenced": len(references),
-            "hits": warmed.hits,
-            "misses": warmed.misses,
-            "skipped": warmed.skipped,
-            "bytes_fetched": warmed.bytes_fetched,
-            "items": [
-                {"asset": ref, "owners": warmed.owners[ref], "outcome": outcomes[ref]}
-                for ref in references
-            ],
-            "cache": assets.stats(),
-        }
+        report["assets"] = _warm_assets(settings, store, references, all_assets, bar)
         report["embeddings"] = _warm_embeddings(factory, parsed, bar)
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")
         return
     _print_asset_report(report)
     _print_embedding_report(report["embeddings"])
+
+
+def _warm_assets(
+    settings: Settings, store: Any, references: list[str], all_assets: bool, bar: Progress
+) -> dict[str, Any]:
+    """This node's share of the assets (all of them with --all) into its asset cache."""
+    from factory.store.assets import node_ring, open_asset_cache
+
+    assets = open_asset_cache(settings, store)
+    task = bar.add_task("assets", total=len(references))
+    outcomes: dict[str, str] = {}
+
+    def each(reference: str, outcome: str) -> None:
+        outcomes[reference] = outcome
+        bar.advance(task)
+
+    warmed = assets.warm(
+        references,
+        ring=None if all_assets else node_ring(settings),
+        node=settings.node_name,
+        replicas=settings.asset_replicas,
+        on_each=each,
+    )
+    return {
+        "referenced": len(references),
+        "hits": warmed.hits,
+        "misses": warmed.misses,
+        "skipped": warmed.skipped,
+        "bytes_fetched": warmed.bytes_fetched,
+        "items": [
+            {"asset": ref, "owners": warmed.owners[ref], "outcome": outcomes[ref]}
+            for ref in references
+        ],
+        "cache": assets.stats(),
+    }
 
 
 def _warm_embeddings(factory: Factory, parsed: Any, bar: Progress) -> dict[str, Any]:
@@ -286,45 +290,49 @@ def gpu_report(
     if not rows:
         out.print("no measured segments yet (only diffusers segments record memory)")
     else:
-        table = Table(title="measured per segment")
-        for column in (
-            "family",
-            "resolution",
-            "frames",
-            "device",
-            "attention",
-            "segments",
-            "s/segment",
-            "peak allocated",
-            "peak reserved",
-            "fragmentation",
-            "peak RSS",
-            "OOM retries",
-        ):
-            table.add_column(column)
-        for r in rows:
-            frag = "-" if r.fragmentation is None else f"{r.fragmentation:.1%}"
-            table.add_row(
-                r.family,
-                r.resolution,
-                str(r.segment_frames),
-                r.device,
-                r.attention,
-                str(r.segments),
-                f"{r.median_seconds:.2f}",
-                gib(r.peak_allocated),
-                gib(r.peak_reserved),
-                frag,
-                gib(r.peak_rss),
-                str(r.oom_retries),
-            )
-        out.print(table)
+        out.print(_measured_table(rows))
     if summary:
         rate = "-" if summary["hit_rate"] is None else f"{summary['hit_rate']:.0%}"
         out.print(
             f"embedding cache: {summary['entries']} entries, {gib(summary['bytes'])}, "
             f"hit rate {rate} ({summary['hits']} hits, {summary['misses']} misses)"
         )
+
+
+def _measured_table(rows: list[Any]) -> Table:
+    table = Table(title="measured per segment")
+    for column in (
+        "family",
+        "resolution",
+        "frames",
+        "device",
+        "attention",
+        "segments",
+        "s/segment",
+        "peak allocated",
+        "peak reserved",
+        "fragmentation",
+        "peak RSS",
+        "OOM retries",
+    ):
+        table.add_column(column)
+    for r in rows:
+        frag = "-" if r.fragmentation is None else f"{r.fragmentation:.1%}"
+        table.add_row(
+            r.family,
+            r.resolution,
+            str(r.segment_frames),
+            r.device,
+            r.attention,
+            str(r.segments),
+            f"{r.median_seconds:.2f}",
+            gib(r.peak_allocated),
+            gib(r.peak_reserved),
+            frag,
+            gib(r.peak_rss),
+            str(r.oom_retries),
+        )
+    return table
 
 
 def _cache_summary(stats: Any) -> Any:

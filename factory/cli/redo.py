@@ -10,7 +10,7 @@ import typer
 
 from factory.cli import common
 from factory.cli.common import err, out
-from factory.ops import job_summary, local_actor
+from factory.ops import Operations, job_summary, local_actor
 from factory.redo import describe
 from factory.runview import RunDisplay
 from factory.stages import Stage
@@ -47,14 +47,7 @@ def redo(
     version beside the old one (which stays delivered if the new one fails QC)."""
     ops = common.operations()
     if dry_run:
-        job, plan = ops.redo_plan(job_id, range_text=time_range, cascade=cascade)
-        if as_json:
-            sys.stdout.write(json.dumps(plan.to_dict(), indent=2) + "\n")
-        else:
-            for line in describe(plan, job.video.fps):
-                out.print(line, markup=False)
-            if job.stage is not Stage.DONE:
-                err.print(f"note: {job_id} is {job.stage.value}; only a done job can be redone")
+        _print_plan(ops, job_id, time_range, cascade, as_json)
         return
     plan, job = ops.redo(job_id, range_text=time_range, actor=local_actor(), seed=seed,
                          new_seed=new_seed, prompt=prompt, reason=reason,
@@ -81,3 +74,17 @@ def redo(
         out.print(f"{job_id}: redo sent to the workers (version {plan.version})")
     if job.stage in (Stage.FAILED, Stage.CANCELLED):
         raise typer.Exit(1)
+
+
+def _print_plan(
+    ops: Operations, job_id: str, time_range: str, cascade: bool, as_json: bool
+) -> None:
+    """`--dry-run`: the plan, and nothing changed."""
+    job, plan = ops.redo_plan(job_id, range_text=time_range, cascade=cascade)
+    if as_json:
+        sys.stdout.write(json.dumps(plan.to_dict(), indent=2) + "\n")
+        return
+    for line in describe(plan, job.video.fps):
+        out.print(line, markup=False)
+    if job.stage is not Stage.DONE:
+        err.print(f"note: {job_id} is {job.stage.value}; only a done job can be redone")

@@ -243,64 +243,82 @@ def _handler(
     token: str | None,
     request_timeout: float,
 ) -> type[BaseHTTPRequestHandler]:
-    expected = f"Bearer {token}".encode() if token else None
+    """A handler class bound to this worker's probes and its metrics token."""
+    return type("Handler", (_Handler,), {
+        "timeout": request_timeout,  # each read and write; the whole request: _BoundedServer
+        "readiness": readiness,
+        "alive": staticmethod(alive),
+        "metrics": staticmethod(metrics) if metrics is not None else None,
+        "expected": f"Bearer {token}".encode() if token else None,
+    })  # fmt: skip
 
-    class Handler(BaseHTTPRequestHandler):
-        timeout = request_timeout  # each read and write; the whole request: _BoundedServer
 
-        def do_GET(self) -> None:
-            path = self.path.split("?", 1)[0]
-            if path == "/livez":
-                problem = alive()
-                self._json(200 if problem is None else 503,
-                           {"alive": problem is None,
-                            "reason": redact(problem) if problem else "ok"})  # fmt: skip
-            elif path == "/readyz":
-                reading = readiness.last
-                body: dict[str, Any] = {"ready": readiness.ready, "reason": readiness.reason}
-                if reading is not None:
-                    body.update(used=reading.used, total=reading.total)
-                self._json(200 if readiness.ready else 503, body)
-            elif path == "/metrics" and metrics is not None:
-                if expected is not None and not self._authorized(expected):
-                    self._json(401, {"error": "/metrics needs Authorization: Bearer <token>"},
-                               {"WWW-Authenticate": 'Bearer realm="metrics"'})  # fmt: skip
-                    return
-                try:
-                    data, content_type = metrics()
-                except Exception as error:
-                    log.warning("health.metrics_failed", extra={"error": str(error)})
-                    self._json(500, {"error": "metrics unavailable; see the worker's log"})
-                    return
-                self._send(200, data, content_type)
-            else:
-                self._json(404, {"error": "not found; try /livez, /readyz, /metrics"})
+class _Handler(BaseHTTPRequestHandler):
+    readiness: Readiness
+    alive: Callable[[], str | None]
+    metrics: Callable[[], tuple[bytes, str]] | None
+    expected: bytes | None
 
-        def _authorized(self, expected: bytes) -> bool:
-            given = (self.headers.get("Authorization") or "").strip().encode()
-            return hmac.compare_digest(given, expected)
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/livez":
+            self._livez()
+        elif path == "/readyz":
+            self._readyz()
+        elif path == "/metrics" and self.metrics is not None:
+            self._metrics(self.metrics)
+        else:
+            self._json(404, {"error": "not found; try /livez, /readyz, /metrics"})
 
-        def _json(
-            self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
-        ) -> None:
-            self._send(status, json.dumps(body).encode(), "application/json", headers)
+    def _livez(self) -> None:
+        problem = self.alive()
+        reason = redact(problem) if problem else "ok"
+        self._json(200 if problem is None else 503, {"alive": problem is None, "reason": reason})
 
-        def _send(
-            self,
-            status: int,
-            data: bytes,
-            content_type: str,
-            headers: dict[str, str] | None = None,
-        ) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(data)
+    def _readyz(self) -> None:
+        readiness = self.readiness
+        reading = readiness.last
+        body: dict[str, Any] = {"ready": readiness.ready, "reason": readiness.reason}
+        if reading is not None:
+            body.update(used=reading.used, total=reading.total)
+        self._json(200 if readiness.ready else 503, body)
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass  # nothing per request (and never the headers, which may hold the token)
+    def _metrics(self, metrics: Callable[[], tuple[bytes, str]]) -> None:
+        if self.expected is not None and not self._authorized(self.expected):
+            self._json(401, {"error": "/metrics needs Authorization: Bearer <token>"},
+                       {"WWW-Authenticate": 'Bearer realm="metrics"'})  # fmt: skip
+            return
+        try:
+            data, content_type = metrics()
+        except Exception as error:
+            log.warning("health.metrics_failed", extra={"error": str(error)})
+            self._json(500, {"error": "metrics unavailable; see the worker's log"})
+            return
+        self._send(200, data, content_type)
 
-    return Handler
+    def _authorized(self, expected: bytes) -> bool:
+        given = (self.headers.get("Authorization") or "").strip().encode()
+        return hmac.compare_digest(given, expected)
+
+    def _json(
+        self, status: int, body: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        self._send(status, json.dumps(body).encode(), "application/json", headers)
+
+    def _send(
+        self,
+        status: int,
+        data: bytes,
+        content_type: str,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # nothing per request (and never the headers, which may hold the token)

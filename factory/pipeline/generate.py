@@ -310,7 +310,7 @@ def _made(
             ctx, job, plan, generator, spec, prompt, tail, carry, regeneration,
             seeds=op.seeds, anchor=anchor,
         )  # fmt: skip
-        seam = None
+        seam = joined = joined_seam = None
         if before is not None:
             seam = score_seam(
                 before,
@@ -322,19 +322,8 @@ def _made(
                 scene_change=_scene_change(op.prompts, plans, plan.index),
                 limits=ctx.qc,
             )
-        joined = joined_seam = None
         if join is not None and source is not None:
-            joined = cross_fade(join, stitched.tail, source.frames)
-            joined_seam = score_seam(
-                np.ascontiguousarray(stitched.frames[-WINDOW:]),
-                joined,
-                join.context,
-                seam=join.index,
-                frame=join.write_start,
-                fps=video.fps,
-                scene_change=_scene_change(op.prompts, plans, join.index),
-                limits=ctx.qc,
-            )
+            joined, joined_seam = _join_into(ctx, video, op, plans, stitched, join, source)
         bad = next((s for s in (seam, joined_seam) if s is not None and not s.passed), None)
         if bad is None:
             return stitched, carried, seam, joined, joined_seam, regeneration
@@ -346,6 +335,30 @@ def _made(
         regeneration += 1
         if regenerated is not None:
             regenerated(job, bad, regeneration)
+
+
+def _join_into(
+    ctx: StageContext,
+    video: VideoSpec,
+    op: Operation,
+    plans: list[SegmentPlan],
+    stitched: Stitched,
+    join: SegmentPlan,
+    source: Past,
+) -> tuple[np.ndarray, Any]:
+    """The segment a redo joins into, cross-faded from this one's tail over its kept
+    `source` frames, and the seam between them judged."""
+    joined = cross_fade(join, stitched.tail, source.frames)
+    return joined, score_seam(
+        np.ascontiguousarray(stitched.frames[-WINDOW:]),
+        joined,
+        join.context,
+        seam=join.index,
+        frame=join.write_start,
+        fps=video.fps,
+        scene_change=_scene_change(op.prompts, plans, join.index),
+        limits=ctx.qc,
+    )
 
 
 @dataclass

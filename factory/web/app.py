@@ -72,23 +72,34 @@ def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI
     app.state.store = open_store(settings.store_url, settings.s3)
     app.state.thumbnails = Thumbnails(app.state.store)
     app.state.runner = runner  # None with a broker
-    app.state.live = LiveHub(
-        ops.all_jobs,
-        settings.console.live_every,
-    )
-    templates = Jinja2Templates(directory=str(HERE / "templates"))
-    templates.env.filters["clock"] = lambda d: d.astimezone().strftime("%a %H:%M") if d else "-"
-    templates.env.filters["stamp"] = lambda d: d.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-    app.state.templates = templates
+    app.state.live = LiveHub(ops.all_jobs, settings.console.live_every)
+    app.state.templates = _templates()
     app.mount("/static", StaticFiles(directory=str(HERE / "static")), name="static")
     app.include_router(api.router)
     app.include_router(console.router)
+    _outside_the_routes(app, settings)
+    _own_routes(app)
+    _errors(app)
+    return app
 
-    # Added innermost first: the guard, then forwarded addresses, then the headers.
+
+def _templates() -> Jinja2Templates:
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    templates.env.filters["clock"] = lambda d: d.astimezone().strftime("%a %H:%M") if d else "-"
+    templates.env.filters["stamp"] = lambda d: d.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+    return templates
+
+
+def _outside_the_routes(app: FastAPI, settings: Settings) -> None:
+    """Added innermost first: the guard, then forwarded addresses, then the headers."""
     app.add_middleware(Guard, access=app.state.access, limiter=app.state.limiter)
     if settings.console.trusted_proxies:
         app.add_middleware(ProxyHeadersMiddleware, trusted_hosts=settings.console.trusted_proxies)
     app.add_middleware(SecurityHeaders)
+
+
+def _own_routes(app: FastAPI) -> None:
+    """The schema (to token holders only) and the probe (to anyone)."""
 
     @app.get("/api/v1/openapi.json", include_in_schema=False)
     def openapi(request: Request) -> dict[str, Any]:
@@ -98,9 +109,6 @@ def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI
     @app.get("/healthz", include_in_schema=False)
     def healthz() -> dict[str, Any]:
         return {"ok": True, "version": __version__}
-
-    _errors(app)
-    return app
 
 
 def _errors(app: FastAPI) -> None:
