@@ -28,7 +28,7 @@ from factory.pipeline.segment_files import (
     stored_tail,
     stored_written_tail,
 )
-from factory.plan import SegmentPlan, plan_segments, scene_start_frames
+from factory.plan.segments import SegmentPlan, plan_segments, scene_start_frames
 from factory.qc.seams import WINDOW, colour_record, score_seam
 from factory.redo import given
 from factory.spec import VideoSpec
@@ -90,6 +90,13 @@ class WarmTail:
     written: np.ndarray | None = None
     carry: bytes | None = None  # latent families: what the next segment continues from
     attempt: int | None = None  # whose files these are (None: never trusted)
+
+    @classmethod
+    def after(cls, job: Job, index: int, stitched: Stitched, carry: bytes | None) -> WarmTail:
+        """What a worker keeps of segment `index`, which it has just made and recorded."""
+        written = np.ascontiguousarray(stitched.frames[-WINDOW:])
+        tail = np.ascontiguousarray(stitched.tail)
+        return cls(job.job_id, index, tail, written, carry, job.attempt)
 
     def continues(self, ctx: StageContext, job: Job, index: int) -> bool:
         """Whether segment ``index`` may continue from this tail: it is the job's segment
@@ -163,12 +170,7 @@ def generate_segment(
     # have made that segment again since; its seam was judged all the same, as when this redo
     # ran). The join first: a crash between the two records leaves this segment to make
     # again, which cross-fades the join again from the same source.
-    if (
-        join is not None
-        and joined is not None
-        and source is not None
-        and (history.touched(history.final, join.index) == k)
-    ):
+    if join and joined is not None and source and history.touched(history.final, join.index) == k:
         job = _record_join(ctx, job, join, joined, source.tail, joined_seam, regeneration)
     seconds = round(time.monotonic() - started, 3)
     job = _record_made(ctx, job, plan, stitched, seam, regeneration, seconds, generator,
@@ -177,9 +179,7 @@ def generate_segment(
         ctx.machine.note(job.job_id, "redo.segment.done",
                          {"segment": plan.index, "version": redo["version"], "seconds": seconds,
                           **({"join": join.index} if join is not None else {})})  # fmt: skip
-    written = np.ascontiguousarray(stitched.frames[-WINDOW:])
-    tail_frames = np.ascontiguousarray(stitched.tail)
-    return job, WarmTail(job.job_id, plan.index, tail_frames, written, carried, job.attempt)
+    return job, WarmTail.after(job, plan.index, stitched, carried)
 
 
 def _join_again(
