@@ -29,7 +29,7 @@ from sqlalchemy import select
 from factory.db.models import job_events, jobs
 from factory.db.session import Database
 from factory.errors import BadInput
-from factory.plan import plan_segments, scene_start_frames
+from factory.plan.segments import plan_segments, scene_start_frames
 from factory.spec import VideoSpec
 
 

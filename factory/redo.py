@@ -29,7 +29,7 @@ from typing import Any
 from factory.errors import BadInput
 from factory.media.presets import GOP_SECONDS
 from factory.media.splice import gop_span
-from factory.plan import SegmentPlan
+from factory.plan.segments import SegmentPlan
 from factory.spec import LATENT_FAMILIES, VideoSpec
 
 _CLOCK = re.compile(r"^(?:(\d+):)?(?:(\d+):)?(\d+(?:\.\d+)?)$")

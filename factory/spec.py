@@ -84,7 +84,7 @@ class VideoSpec:
 
     @property
     def first_segment_short(self) -> int:
-        """How many frames fewer segment 0 generates (factory.plan: latent families)."""
+        """How many frames fewer segment 0 generates (factory.plan.segments: latent families)."""
         return self.segment_overlap if self.model.family in LATENT_FAMILIES else 0
 
     @property

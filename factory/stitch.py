@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from factory.plan import SegmentPlan
+from factory.plan.segments import SegmentPlan
 
 MAX_SPREAD_RATIO = 2.0
 

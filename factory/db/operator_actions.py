@@ -19,7 +19,7 @@ from factory.db.models import batches, job_segments, jobs
 from factory.db.operator_redo import RedoActions
 from factory.errors import BadInput, InvalidOperation
 from factory.job import Job, discardable_redo
-from factory.plan import segment_count
+from factory.plan.segments import segment_count
 from factory.spec import VideoSpec
 from factory.stages import REQUEUE_TARGETS, Action, Stage, initial_progress, order, reset_progress
 

@@ -23,7 +23,7 @@ import numpy as np
 from factory.generate.base import SegmentSpec, segment_seed
 from factory.generate.families import family_of
 from factory.generate.latent_backend import AnyFlowFar, Helios, LatentGenerator
-from factory.plan import plan_segments
+from factory.plan.segments import plan_segments
 from factory.spec import ModelChoice
 from factory.stitch import stitch
 

@@ -22,7 +22,7 @@ latents after `decode_context` latent frames of the previous segment, so the cau
 warm across the join; the re-decoded frames before the join are the plan's overlap, which the
 stitcher cross-fades with the previous segment's own. The video's first latent frame decodes
 to one picture: it is held for the 4 frames every other latent frame spans, so time stays
-uniform (segment 0 is `overlap` frames shorter: factory.plan).
+uniform (segment 0 is `overlap` frames shorter: factory.plan.segments).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from factory.media.presets import GOP_SECONDS
 from factory.pipeline.context import CHUNK_SECONDS
 from factory.pipeline.files import Segments
 from factory.pipeline.generate import video_plan
-from factory.plan import SegmentPlan
+from factory.plan.segments import SegmentPlan
 from factory.spec import VideoSpec
 
 

@@ -13,7 +13,7 @@ from factory.job import Job
 from factory.media.intermediate import read_frames, read_tail, write_segment, write_tail
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
-from factory.plan import SegmentPlan
+from factory.plan.segments import SegmentPlan
 from factory.qc.seams import WINDOW
 from factory.store import keys
 

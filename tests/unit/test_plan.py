@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from factory.plan import plan_segments, scene_start_frames, segment_count
+from factory.plan.segments import plan_segments, scene_start_frames, segment_count
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from factory.plan import plan_segments
+from factory.plan.segments import plan_segments
 from factory.stitch import channel_stats, stitch
 
 H, W = 24, 32

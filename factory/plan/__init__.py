@@ -1,0 +1,1 @@
+"""Planning: pure arithmetic over a video's frames: its segments, chunks, keyframes and redos."""
