@@ -84,6 +84,14 @@ class Settings:
     console: ConsoleSettings = field(default_factory=ConsoleSettings)  # FACTORY_CONSOLE_*
     # allowed roots for file:// assets and model directories, allowed s3:// buckets
     confinement: Confinement = field(default_factory=Confinement)
+    # What `factory worker` sets for the one worker process it starts: its own GPU queue
+    # (FACTORY_GPU_QUEUE; none for a CPU worker), the GPU's NVML index (FACTORY_GPU_INDEX),
+    # and the models it loads once (FACTORY_PRELOAD_MODELS, `family:path,...`)
+    gpu_queue: str | None = None
+    gpu_index: int | None = None
+    preload_models: tuple[str, ...] = ()
+    # `factory flower`: user:password, handed to Flower in its environment only
+    flower_basic_auth: str = field(default="", repr=False)
 
     @property
     def memory_policy(self) -> MemoryPolicy:
@@ -134,6 +142,10 @@ class Settings:
             readiness_every=_positive_float(env, "FACTORY_READINESS_EVERY", 2.0),
             nvidia_smi=env.get("FACTORY_NVIDIA_SMI") or "nvidia-smi",
             worker_allow_cpu=_flag(env, "FACTORY_WORKER_ALLOW_CPU"),
+            gpu_queue=env.get("FACTORY_GPU_QUEUE") or None,
+            gpu_index=_gpu_index(env),
+            preload_models=tuple(filter(None, env.get("FACTORY_PRELOAD_MODELS", "").split(","))),
+            flower_basic_auth=env.get("FACTORY_FLOWER_BASIC_AUTH", ""),
             webhook=_webhook(env),
             give_up_after=_positive_int(env, "FACTORY_GIVE_UP_AFTER", 3600),
             store_fsync=_flag(env, "FACTORY_STORE_FSYNC", default=True),
@@ -335,6 +347,14 @@ def _existing_file(env: Mapping[str, str], name: str) -> Path | None:
     if path is not None and not path.is_file():
         raise ConfigError(f"{path} is not a readable file", field=name)
     return path
+
+
+def _gpu_index(env: Mapping[str, str]) -> int | None:
+    text = env.get("FACTORY_GPU_INDEX") or ""
+    if text and not text.isdigit():
+        raise ConfigError(f"must be a GPU's index (0, 1, ...), not {text!r}",
+                          field="FACTORY_GPU_INDEX")  # fmt: skip
+    return int(text) if text else None
 
 
 def _s3_settings(env: Mapping[str, str], home: Path) -> S3Settings:

@@ -9,7 +9,6 @@ and one Redis client made here once, and are cached (factory/infra/metrics.py)."
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import redis
@@ -37,8 +36,7 @@ def _start_health(sender: Any = None, **_: Any) -> None:
     register_secrets([health.metrics_token])
     hostname = sender.hostname
     queues = [queue.name for queue in sender.task_consumer.queues]
-    gpu = os.environ.get("FACTORY_GPU_INDEX")
-    source = open_memory_source(settings.gpu_memory_source, int(gpu) if gpu else None)
+    source = open_memory_source(settings.gpu_memory_source, settings.gpu_index)
 
     def pause() -> None:
         for queue in queues:

@@ -64,7 +64,7 @@ def runtime() -> Runtime:
         ctx = StageContext.from_settings(
             settings, factory.jobs, factory.database, device=_device(settings.worker_allow_cpu)
         )
-        own = os.environ.get("FACTORY_GPU_QUEUE") or None
+        own = settings.gpu_queue
         _runtime = Runtime(
             settings,
             factory,

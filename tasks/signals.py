@@ -4,12 +4,12 @@ worker's own queue announced while it lives, and handed back to all GPUs when it
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from typing import Any
 
 from celery import signals
 
+from factory.config import Settings
 from factory.infra import logs
 from factory.spec import ModelChoice
 from tasks import broker
@@ -41,7 +41,7 @@ def _task_context(task: Any = None, **_: Any) -> None:
 def _process_init(**_: Any) -> None:
     """Load the models this GPU worker serves once, in the child (never CUDA in the parent)."""
     rt = runtime()
-    for spec in filter(None, os.environ.get("FACTORY_PRELOAD_MODELS", "").split(",")):
+    for spec in rt.settings.preload_models:
         family, _, path = spec.partition(":")
         rt.ctx.generator(ModelChoice(family=family, path=path or None))
     log.info("worker.process_ready", extra={"worker": rt.worker})
@@ -50,7 +50,7 @@ def _process_init(**_: Any) -> None:
 @signals.worker_ready.connect
 def _announce_own_queue(**_: Any) -> None:
     global _announcer
-    queue = os.environ.get("FACTORY_GPU_QUEUE")
+    queue = _settings().gpu_queue
     url = _broker_url()
     if not queue or not url:
         return
@@ -74,7 +74,7 @@ def _announce_own_queue(**_: Any) -> None:
 def _hand_back(**_: Any) -> None:
     """Stop announcing the own queue (the running segment then goes to the shared queue when
     it ends) and move what waits in the own queue to the shared one now."""
-    queue = os.environ.get("FACTORY_GPU_QUEUE")
+    queue = _settings().gpu_queue
     url = _broker_url()
     if _announcer is not None:
         _announcer.set()
@@ -91,7 +91,7 @@ def _hand_back_restored(**_: Any) -> None:
     """Once the consumer has closed: a message this worker had reserved but not started is put
     back (by the Redis transport) into its own queue, which nobody will read any more; move
     it to the shared queue too."""
-    queue = os.environ.get("FACTORY_GPU_QUEUE")
+    queue = _settings().gpu_queue
     url = _broker_url()
     if queue and url:
         _move_own_queue(queue, url)
@@ -113,7 +113,11 @@ def _move_own_queue(queue: str, url: str) -> None:
             log.info("worker.handed_back", extra={"job_id": job_id})
 
 
-def _broker_url() -> str | None:
+def _settings() -> Settings:
     from tasks.app import app
 
-    return app.conf.factory_settings.broker_url
+    return app.conf.factory_settings
+
+
+def _broker_url() -> str | None:
+    return _settings().broker_url

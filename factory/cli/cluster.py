@@ -240,7 +240,8 @@ def flower(
     The password is passed to Flower in its environment (FLOWER_BASIC_AUTH), never on a
     command line, where every user of the host could read it (ps, /proc/PID/cmdline). Flower
     can shut workers down: serve it behind the TLS gateway (docs/deploy.md)."""
-    basic_auth = os.environ.get("FACTORY_FLOWER_BASIC_AUTH", "")
+    settings = Settings.from_env()
+    basic_auth = settings.flower_basic_auth
     user, _, password = basic_auth.partition(":")
     if not user or not password or "," in basic_auth:
         raise BadInput(
@@ -249,7 +250,6 @@ def flower(
             field="FACTORY_FLOWER_BASIC_AUTH",
         )
     register_secrets([basic_auth, password])
-    settings = Settings.from_env()
     settings.home.mkdir(parents=True, exist_ok=True)
     _exec([*_celery_base(settings), "flower", f"--address={address}", f"--port={port}",
            "--persistent=True", f"--db={settings.home / 'flower.db'}"],

@@ -212,3 +212,21 @@ def test_console_defaults_and_review(tmp_path: Path):
            "FACTORY_CONSOLE_WINDOW": "22:00-06:00"}  # fmt: skip
     console = Settings.from_env(env).console
     assert console.review_required and console.window == "22:00-06:00"
+
+
+def test_what_factory_worker_sets_for_its_process_is_read_by_config_alone(tmp_path) -> None:
+    """config.py is the only reader of the environment (issue 36): the worker's own queue,
+    its GPU's index, the models it preloads and Flower's password are settings too."""
+    from factory.config import Settings
+    from factory.errors import ConfigError
+
+    env = {"FACTORY_HOME": str(tmp_path), "FACTORY_GPU_QUEUE": "gpu.host.1",
+           "FACTORY_GPU_INDEX": "3", "FACTORY_PRELOAD_MODELS": "wan:/m/wan,ltx:/m/ltx",
+           "FACTORY_FLOWER_BASIC_AUTH": "ops:s3cret"}  # fmt: skip
+    settings = Settings.from_env(env)
+    assert (settings.gpu_queue, settings.gpu_index) == ("gpu.host.1", 3)
+    assert settings.preload_models == ("wan:/m/wan", "ltx:/m/ltx")
+    assert settings.flower_basic_auth == "ops:s3cret" and "s3cret" not in repr(settings)
+    with pytest.raises(ConfigError) as bad:
+        Settings.from_env({**env, "FACTORY_GPU_INDEX": "GPU-3"})
+    assert bad.value.field == "FACTORY_GPU_INDEX"
