@@ -45,7 +45,7 @@ from factory.forecast import (
 )
 from factory.infra.alerts import after_terminal, open_alerter
 from factory.job import Event, Job, SegmentRecord, VersionRecord
-from factory.redo import RedoPlan, parse_range, plan_redo
+from factory.plan.redo import RedoPlan, parse_range, plan_redo
 from factory.retention import gc_note
 from factory.spec import VideoSpec
 from factory.stages import Stage

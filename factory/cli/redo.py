@@ -11,7 +11,7 @@ import typer
 from factory.cli import common
 from factory.cli.common import err, out
 from factory.ops import Operations, job_summary, local_actor
-from factory.redo import describe
+from factory.plan.redo import describe
 from factory.runview import RunDisplay
 from factory.stages import Stage
 

@@ -16,7 +16,7 @@ from factory.db.core import MachineCore, _by, _insert_for
 from factory.db.models import batches, job_segments, jobs
 from factory.errors import InvalidOperation
 from factory.job import Job
-from factory.redo import give
+from factory.plan.redo import give
 from factory.stages import Action, Stage
 
 

@@ -1,6 +1,6 @@
 """Replacing a run of whole GOPs inside an encoded chunk, by stream copy.
 
-A redo (factory/redo.py) changes a few seconds of a chunk. Only the closed GOPs that hold
+A redo (factory/plan/redo.py) changes a few seconds of a chunk. Only the closed GOPs that hold
 changed frames are encoded again (the *piece*); every other GOP of the chunk is copied
 packet for packet from the version before, so its pictures decode bit for bit as before.
 The piece starts with an IDR picture at a keyframe of the old chunk and ends where a GOP of

@@ -28,9 +28,9 @@ from factory.pipeline.segment_files import (
     stored_tail,
     stored_written_tail,
 )
+from factory.plan.redo import given
 from factory.plan.segments import SegmentPlan, plan_segments, scene_start_frames
 from factory.qc.seams import WINDOW, colour_record, score_seam
-from factory.redo import given
 from factory.spec import VideoSpec
 from factory.stages import Stage
 from factory.stitch import Stitched, anchor_stats, overlap_weights, stitch, toward_anchor

@@ -1,4 +1,4 @@
-"""Redo planning (factory/redo.py): ranges, segments, the join or the cascade, chunks."""
+"""Redo planning (factory/plan/redo.py): ranges, segments, the join or the cascade, chunks."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from factory.errors import BadInput
 from factory.manifest import parse_manifest
 from factory.pipeline.chunks import chunk_keyframes, plan_chunks
 from factory.pipeline.generate import video_plan
-from factory.redo import parse_range, plan_redo
+from factory.plan.redo import parse_range, plan_redo
 
 
 def video(model: str = "procedural", duration: float = 120):
@@ -163,7 +163,7 @@ def test_a_seam_sees_the_scene_change_that_scene_ids_number(prompts: dict) -> No
 def test_what_redos_give_their_segments_is_kept_as_ranges_that_do_not_grow() -> None:
     """progress.seeds / progress.prompts: one range per redo still in effect, later redos cut
     what they cover out of earlier ones; maps written before ranges read the same."""
-    from factory.redo import give, given
+    from factory.plan.redo import give, given
 
     seeds = give(None, 10, 20, 7)
     seeds = give(seeds, 15, 25, 8)  # overlaps the end of the first

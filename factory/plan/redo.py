@@ -2,7 +2,7 @@
 segments make it again, where the new part joins the untouched rest, which encode chunks
 change, and what it should cost. Pure planning over the job's records; nothing is written.
 
-Segment k writes the output frames [write_start, write_end) (factory/plan.py): its first
+Segment k writes the output frames [write_start, write_end) (factory/plan/segments.py): its first
 `overlap` frames are a cross-fade from segment k-1's tail into its own. A range covers the
 segments whose written frames it touches. The first of them continues from the stored tail
 (or latents) of the segment before it, exactly as in the original run. After the last one:
