@@ -5,6 +5,7 @@ the frame and size rules of the family's VAE (checked when a manifest is validat
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from factory.errors import PermanentError
 
@@ -103,34 +104,33 @@ class Family:
 
 _WAN_PARTS = ("transformer", "vae", "scheduler")
 UMT5 = "umt5-512"  # Wan's text encoder run by Wan's encode_prompt (512 tokens, zero-padded)
+
+
+def _wan_lineage(name: str, pipeline: str, **own: Any) -> Family:
+    """A family on Wan's parts and text encoder (UMT5, 512 tokens, latent frames 4 apart):
+    what SkyReels-V2, Wan, Helios and AnyFlow-FAR share; `own` is where each differs."""
+    shared: dict[str, Any] = dict(max_sequence_length=512, time_stride=4, size_multiple=16,
+                                  text_recipe=UMT5)  # fmt: skip
+    return Family(name, pipeline, _WAN_PARTS, ("prompt_embeds", "negative_prompt_embeds"),
+                  **(shared | own))  # fmt: skip
+
+
 FAMILIES: dict[str, Family] = {
-    "skyreels-v2-df": Family(
+    "skyreels-v2-df": _wan_lineage(
         "skyreels-v2-df",
         "SkyReelsV2DiffusionForcingPipeline",
-        _WAN_PARTS,
-        ("prompt_embeds", "negative_prompt_embeds"),
-        max_sequence_length=512,
-        time_stride=4,
-        size_multiple=16,
         default_steps=30,
         default_guidance=6.0,
         segment_frames=97,
         segment_overlap=17,
-        text_recipe=UMT5,
     ),
-    "wan": Family(
+    "wan": _wan_lineage(
         "wan",
         "WanVACEPipeline",
-        _WAN_PARTS,
-        ("prompt_embeds", "negative_prompt_embeds"),
-        max_sequence_length=512,
-        time_stride=4,
-        size_multiple=16,
         default_steps=30,
         default_guidance=5.0,
         segment_frames=81,
         segment_overlap=17,
-        text_recipe=UMT5,
     ),
     "ltx-video": Family(
         "ltx-video",
@@ -154,38 +154,27 @@ FAMILIES: dict[str, Family] = {
     # Helios: 33-frame chunks in the pipeline's own decode (each chunk decoded alone, its first
     # latent frame as one picture: the visible seam); the factory decodes continuously, where
     # the 9 latent frames of a chunk span 36 frames. Base, mid and distilled from the directory.
-    "helios": Family(
+    "helios": _wan_lineage(
         "helios",
         "HeliosPipeline",
-        _WAN_PARTS,
-        ("prompt_embeds", "negative_prompt_embeds"),
-        max_sequence_length=512,
-        time_stride=4,
-        size_multiple=16,
         default_steps=50,
         default_guidance=5.0,
         segment_frames=4 * 36 + 8,
         segment_overlap=8,
-        text_recipe=UMT5,
         chunk_latents=9,
         decode_context=5,
         pipelines=("HeliosPipeline", "HeliosPyramidPipeline"),
     ),
     # AnyFlow-FAR: frame-autoregressive chunks of 3 latent frames (the released partition
     # 1,3,3,3,3,3,3,2 = 81 frames); any step count, guidance distilled in.
-    "anyflow-far": Family(
+    "anyflow-far": _wan_lineage(
         "anyflow-far",
         "AnyFlowFARPipeline",
-        _WAN_PARTS,
-        ("prompt_embeds", "negative_prompt_embeds"),
-        max_sequence_length=512,
-        time_stride=4,
         size_multiple=32,
         default_steps=4,
         default_guidance=1.0,
         segment_frames=4 * 12 + 8,
         segment_overlap=8,
-        text_recipe=UMT5,
         chunk_latents=3,
         decode_context=5,
     ),
