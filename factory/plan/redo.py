@@ -93,18 +93,8 @@ def plan_redo(
 ) -> RedoPlan:
     """``chunks``: (chunk index, its segment indices); ``seconds``: each segment's recorded
     generation time; ``keyframes``: where each chunk's GOPs start, in frames from the chunk's
-    start (factory/pipeline/chunks.py; every GOP_SECONDS without it)."""
-    first = int(start * video.fps + 1e-9)
-    last = min(video.frames_total, -int(-end * video.fps // 1))  # ceil
-    if last <= first:
-        raise BadInput(
-            f"{_clock(start)}-{_clock(end)} holds no whole frame at {video.fps} fps",
-            field="--range",
-        )
-    touched = [p.index for p in plans if p.write_start < last and p.write_end > first]
-    if not touched:
-        raise BadInput(f"{_clock(start)}-{_clock(end)} is inside no segment", field="--range")
-    a, b = touched[0], touched[-1]
+    start (factory/plan/chunks.py; every GOP_SECONDS without it)."""
+    first, last, a, b = _range_segments(video, plans, start, end)
     latent = video.model.family in LATENT_FAMILIES
     after = b + 1 if b + 1 < len(plans) else None
     if after is None:
@@ -134,17 +124,8 @@ def plan_redo(
         changed_end = plans[join].write_start + plans[join].context
     else:
         changed_end = plans[made[-1]].write_end
-    encode_frames = chunks_frames = 0
-    for index, members in chunks:
-        if index not in redo_chunks:
-            continue
-        chunk_start = plans[members[0]].write_start
-        size = plans[members[-1]].write_end - chunk_start
-        starts = (keyframes or {}).get(index) or range(0, size, GOP_SECONDS * video.fps)
-        lo, hi = max(changed_start - chunk_start, 0), min(changed_end - chunk_start, size)
-        gop_start, gop_end = gop_span(list(starts), size, lo, hi)
-        encode_frames += gop_end - gop_start
-        chunks_frames += size
+    encode_frames, chunks_frames = _encode_cost(video, plans, chunks, redo_chunks, keyframes,
+                                                changed_start, changed_end)  # fmt: skip
     return RedoPlan(
         start=start,
         end=end,
@@ -163,6 +144,48 @@ def plan_redo(
         changed_start=changed_start,
         changed_end=changed_end,
     )
+
+
+def _range_segments(
+    video: VideoSpec, plans: list[SegmentPlan], start: float, end: float
+) -> tuple[int, int, int, int]:
+    """The range's frames (first, end) and the first and last segments that write them."""
+    first = int(start * video.fps + 1e-9)
+    last = min(video.frames_total, -int(-end * video.fps // 1))  # ceil
+    if last <= first:
+        raise BadInput(
+            f"{_clock(start)}-{_clock(end)} holds no whole frame at {video.fps} fps",
+            field="--range",
+        )
+    touched = [p.index for p in plans if p.write_start < last and p.write_end > first]
+    if not touched:
+        raise BadInput(f"{_clock(start)}-{_clock(end)} is inside no segment", field="--range")
+    return first, last, touched[0], touched[-1]
+
+
+def _encode_cost(
+    video: VideoSpec,
+    plans: list[SegmentPlan],
+    chunks: list[tuple[int, tuple[int, ...]]],
+    redo_chunks: tuple[int, ...],
+    keyframes: Mapping[int, Sequence[int]] | None,
+    changed_start: int,
+    changed_end: int,
+) -> tuple[int, int]:
+    """Frames encoded again (the GOPs that hold changed frames) and the frames of the chunks
+    they are spliced into, over every chunk the redo touches."""
+    encode_frames = chunks_frames = 0
+    for index, members in chunks:
+        if index not in redo_chunks:
+            continue
+        chunk_start = plans[members[0]].write_start
+        size = plans[members[-1]].write_end - chunk_start
+        starts = (keyframes or {}).get(index) or range(0, size, GOP_SECONDS * video.fps)
+        lo, hi = max(changed_start - chunk_start, 0), min(changed_end - chunk_start, size)
+        gop_start, gop_end = gop_span(list(starts), size, lo, hi)
+        encode_frames += gop_end - gop_start
+        chunks_frames += size
+    return encode_frames, chunks_frames
 
 
 def describe(plan: RedoPlan, fps: int) -> list[str]:
