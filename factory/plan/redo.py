@@ -95,27 +95,8 @@ def plan_redo(
     generation time; ``keyframes``: where each chunk's GOPs start, in frames from the chunk's
     start (factory/plan/chunks.py; every GOP_SECONDS without it)."""
     first, last, a, b = _range_segments(video, plans, start, end)
-    latent = video.model.family in LATENT_FAMILIES
     after = b + 1 if b + 1 < len(plans) else None
-    if after is None:
-        why = "the range reaches the last segment: nothing after it to join"
-        join, made = None, list(range(a, b + 1))
-    elif cascade:
-        why = f"--cascade: every segment from {a} to the end is made again"
-        join, made = None, list(range(a, len(plans)))
-    elif latent:
-        raise BadInput(
-            f"{video.model.family} continues each segment from the previous one's latents, so "
-            f"segment {after} cannot take a new past without being made again: give --cascade "
-            f"to make segments {a}-{len(plans) - 1} again ({len(plans) - a} segments)",
-            field="--cascade",
-        )
-    else:
-        why = (
-            f"segment {after} is kept: its first {plans[after].context} frames are cross-faded "
-            "again from the new tail into its stored frames, and that seam is judged"
-        )
-        join, made = after, list(range(a, b + 1))
+    why, join, made = _made_and_joined(video, plans, a, b, after, cascade)
     changed = set(made) | ({join} if join is not None else set())
     redo_chunks = tuple(index for index, members in chunks if changed & set(members))
     estimate = sum(seconds.get(i, 0.0) for i in made)
@@ -144,6 +125,38 @@ def plan_redo(
         changed_start=changed_start,
         changed_end=changed_end,
     )
+
+
+def _made_and_joined(
+    video: VideoSpec,
+    plans: list[SegmentPlan],
+    a: int,
+    b: int,
+    after: int | None,
+    cascade: bool,
+) -> tuple[str, int | None, list[int]]:
+    """Why, the segment joined into (None: none), and the segments made again."""
+    latent = video.model.family in LATENT_FAMILIES
+    if after is None:
+        why = "the range reaches the last segment: nothing after it to join"
+        join, made = None, list(range(a, b + 1))
+    elif cascade:
+        why = f"--cascade: every segment from {a} to the end is made again"
+        join, made = None, list(range(a, len(plans)))
+    elif latent:
+        raise BadInput(
+            f"{video.model.family} continues each segment from the previous one's latents, so "
+            f"segment {after} cannot take a new past without being made again: give --cascade "
+            f"to make segments {a}-{len(plans) - 1} again ({len(plans) - a} segments)",
+            field="--cascade",
+        )
+    else:
+        why = (
+            f"segment {after} is kept: its first {plans[after].context} frames are cross-faded "
+            "again from the new tail into its stored frames, and that seam is judged"
+        )
+        join, made = after, list(range(a, b + 1))
+    return why, join, made
 
 
 def _range_segments(
