@@ -46,8 +46,9 @@ from factory.pipeline.chunks import plan_chunks  # noqa: E402
 from factory.pipeline.context import StageContext  # noqa: E402
 from factory.pipeline.encode import encode_chunk, run_encode  # noqa: E402
 from factory.pipeline.files import Segments  # noqa: E402
-from factory.pipeline.generate import run_generate, video_plan  # noqa: E402
+from factory.pipeline.generate import run_generate  # noqa: E402
 from factory.pipeline.runner import run_job  # noqa: E402
+from factory.plan.video import video_plan  # noqa: E402
 from factory.stitch import stitch  # noqa: E402
 from factory.store.file import FileStore  # noqa: E402
 from factory.submit import submit  # noqa: E402

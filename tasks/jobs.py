@@ -23,9 +23,9 @@ from factory.pipeline.deliver import run_deliver
 from factory.pipeline.encode import ensure_chunk, run_encode
 from factory.pipeline.files import Segments
 from factory.pipeline.generate import generate_segment as make_segment
-from factory.pipeline.generate import next_segment, segments_made
 from factory.pipeline.mux import run_mux
 from factory.pipeline.qc import run_qc
+from factory.plan.video import next_segment, segments_made
 from factory.stages import Stage, order
 from tasks import (
     broker,

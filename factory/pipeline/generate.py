@@ -4,7 +4,6 @@ segment in progress; a cold worker resumes from the last stored tail."""
 
 from __future__ import annotations
 
-import functools
 import tempfile
 import time
 from collections.abc import Callable
@@ -29,51 +28,13 @@ from factory.pipeline.segment_files import (
     stored_written_tail,
 )
 from factory.plan.redo import given
-from factory.plan.segments import SegmentPlan, plan_segments, scene_start_frames
+from factory.plan.segments import SegmentPlan
+from factory.plan.video import next_segment, scene_change_at, video_plan
 from factory.qc.seams import WINDOW, colour_record, score_seam
 from factory.spec import VideoSpec
 from factory.stages import Stage
 from factory.stitch import Stitched, anchor_stats, overlap_weights, stitch, toward_anchor
 from factory.store import keys
-
-
-def video_plan(video: VideoSpec) -> list[SegmentPlan]:
-    starts = tuple(scene_start_frames([s.start for s in video.scenes], video.fps))
-    shape = (video.frames_total, video.segment_frames, video.segment_overlap)
-    return list(_plan(*shape, starts, video.first_segment_short))
-
-
-@functools.lru_cache(maxsize=64)
-def _plan(frames: int, length: int, overlap: int, starts: tuple[int, ...], short: int) -> tuple:
-    """Planned once per process and video shape: the segment path asks for it several times
-    per segment, and a 3,000-segment plan takes milliseconds to make."""
-    return tuple(plan_segments(frames, length, overlap, starts, short))
-
-
-def scene_ids(job: Job) -> list[int]:
-    """Each segment's scene for the seam and drift checks: the manifest's scenes, where a
-    redo's new prompt starts a scene of its own (it may look different on purpose)."""
-    prompts = job.progress.get("prompts")
-    ids: list[int] = []
-    last: tuple[int, str | None] | None = None
-    for plan in video_plan(job.video):
-        key = (plan.scene, given(prompts, plan.index))
-        ids.append(ids[-1] + (key != last) if ids else 0)
-        last = key
-    return ids
-
-
-def scene_change(job: Job, plans: list[SegmentPlan], index: int) -> bool:
-    """Whether segment ``index`` starts another scene than the segment before it's (as
-    scene_ids numbers them), from those two segments alone: asked at every seam."""
-    return _scene_change(job.progress.get("prompts"), plans, index)
-
-
-def _scene_change(prompts: Any, plans: list[SegmentPlan], index: int) -> bool:
-    if index == 0:
-        return False
-    before, after = plans[index - 1], plans[index]
-    return (before.scene, given(prompts, index - 1)) != (after.scene, given(prompts, index))
 
 
 @dataclass
@@ -114,11 +75,6 @@ class WarmTail:
 
 class SeamFailed(PermanentError):
     """A seam stayed bad after every allowed regeneration of the segment after it."""
-
-
-def next_segment(job: Job) -> SegmentPlan | None:
-    done = set(job.progress["segments"])
-    return next((p for p in video_plan(job.video) if p.index not in done), None)
 
 
 def generate_segment(
@@ -197,7 +153,7 @@ def _join_again(
     join_frames = cross_fade(plan, tail, past.frames)
     seam = score_seam(before, join_frames, plan.context, seam=plan.index,
                       frame=plan.write_start, fps=job.video.fps, limits=ctx.qc,
-                      scene_change=_scene_change(op.prompts, plans, plan.index))  # fmt: skip
+                      scene_change=scene_change_at(op.prompts, plans, plan.index))  # fmt: skip
     return _record_join(ctx, job, plan, join_frames, past.tail, seam, 0)
 
 
@@ -319,7 +275,7 @@ def _made(
                 seam=plan.index,
                 frame=plan.write_start,
                 fps=video.fps,
-                scene_change=_scene_change(op.prompts, plans, plan.index),
+                scene_change=scene_change_at(op.prompts, plans, plan.index),
                 limits=ctx.qc,
             )
         if join is not None and source is not None:
@@ -356,7 +312,7 @@ def _join_into(
         seam=join.index,
         frame=join.write_start,
         fps=video.fps,
-        scene_change=_scene_change(op.prompts, plans, join.index),
+        scene_change=scene_change_at(op.prompts, plans, join.index),
         limits=ctx.qc,
     )
 
@@ -502,16 +458,6 @@ def cross_fade(plan: SegmentPlan, tail: np.ndarray, stored: np.ndarray) -> np.nd
     ].astype(np.float32)
     out[:overlap] = np.clip(np.rint(blended), 0, 255).astype(np.uint8)
     return out
-
-
-def segments_made(before: Job, after: Job) -> set[int]:
-    """The segments whose files one `make_segment` call made: the new one, and the segment a
-    redo joins into when its last redone segment was made (it stays recorded throughout)."""
-    made = set(after.progress["segments"]) - set(before.progress["segments"])
-    redo = after.progress.get("redo")
-    if redo and redo.get("join") is not None and redo["segments"][-1] in made:
-        made.add(int(redo["join"]))
-    return made
 
 
 def _record_join(

@@ -31,8 +31,8 @@ from factory.pipeline.chunk_qc import (
 from factory.pipeline.chunks import plan_chunks
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
-from factory.pipeline.generate import scene_ids, video_plan
 from factory.plan.segments import SegmentPlan
+from factory.plan.video import scene_ids, video_plan
 from factory.qc import gate, pictures, report
 from factory.qc.basic import expected_checks, probe_summary
 from factory.qc.seams import scene_drift

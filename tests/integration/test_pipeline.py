@@ -27,9 +27,10 @@ from factory.pipeline import files
 from factory.pipeline.context import StageContext
 from factory.pipeline.encode import run_encode
 from factory.pipeline.files import Segments
-from factory.pipeline.generate import run_generate, video_plan
+from factory.pipeline.generate import run_generate
 from factory.pipeline.mux import run_mux
 from factory.pipeline.runner import run_job
+from factory.plan.video import video_plan
 from factory.stages import Stage
 from factory.store import keys
 from factory.store.file import FileStore

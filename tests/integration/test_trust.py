@@ -45,7 +45,7 @@ def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def segments_video(store: FileStore, made: Segments, width: int, height: int) -> np.ndarray:
     """The frames the job's recorded segments write, in order (the lossless truth)."""
-    from factory.pipeline.generate import video_plan
+    from factory.plan.video import video_plan
 
     job = made.job
     parts = [

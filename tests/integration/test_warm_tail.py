@@ -15,7 +15,8 @@ import numpy as np
 from factory.config import Settings
 from factory.media.intermediate import read_frames, read_tail
 from factory.pipeline.context import StageContext
-from factory.pipeline.generate import generate_segment, scene_change, video_plan
+from factory.pipeline.generate import generate_segment
+from factory.plan.video import scene_change, video_plan
 from factory.qc.seams import WINDOW, score_seam
 from factory.store import keys
 from tasks.app import app

@@ -7,7 +7,7 @@ import pytest
 
 from factory.manifest import parse_manifest
 from factory.pipeline.chunks import plan_chunks
-from factory.pipeline.generate import video_plan
+from factory.plan.video import video_plan
 
 
 def video(duration: float, fps: int = 16, frames: int = 48, overlap: int = 8):

@@ -6,9 +6,10 @@ import pytest
 
 from factory.errors import BadInput
 from factory.manifest import parse_manifest
-from factory.pipeline.chunks import chunk_keyframes, plan_chunks
-from factory.pipeline.generate import video_plan
+from factory.pipeline.chunks import plan_chunks
+from factory.plan.chunks import chunk_keyframes
 from factory.plan.redo import parse_range, plan_redo
+from factory.plan.video import video_plan
 
 
 def video(model: str = "procedural", duration: float = 120):
@@ -126,7 +127,7 @@ def test_the_layout_is_in_the_spec_only_when_not_the_default() -> None:
 
 
 def test_segments_made_counts_a_redo_join() -> None:
-    from factory.pipeline.generate import segments_made
+    from factory.plan.video import segments_made
 
     class J:
         def __init__(self, segments, redo=None):
@@ -142,7 +143,7 @@ def test_segments_made_counts_a_redo_join() -> None:
 def test_a_seam_sees_the_scene_change_that_scene_ids_number(prompts: dict) -> None:
     """The segment path asks scene_change at every seam (two segments); the drift check
     numbers every segment's scene at once (scene_ids): they must agree, redo prompts too."""
-    from factory.pipeline.generate import scene_change, scene_ids
+    from factory.plan.video import scene_change, scene_ids
 
     text = ("batch: b\nvideos:\n  - {id: v, duration: 30, fps: 16, resolution: 640x384, "
             "scenes: [{start: 0, prompt: a}, {start: 12, prompt: b}]}\n")  # fmt: skip

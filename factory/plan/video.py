@@ -1,0 +1,68 @@
+"""A video's plan as the workers follow it: its segments (planned once per shape), the scene
+each one belongs to, the next segment a job makes and what one call made. Pure: no store, no
+database."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from factory.job import Job
+from factory.plan.redo import given
+from factory.plan.segments import SegmentPlan, plan_segments, scene_start_frames
+from factory.spec import VideoSpec
+
+
+def video_plan(video: VideoSpec) -> list[SegmentPlan]:
+    starts = tuple(scene_start_frames([s.start for s in video.scenes], video.fps))
+    shape = (video.frames_total, video.segment_frames, video.segment_overlap)
+    return list(_plan(*shape, starts, video.first_segment_short))
+
+
+@functools.lru_cache(maxsize=64)
+def _plan(frames: int, length: int, overlap: int, starts: tuple[int, ...], short: int) -> tuple:
+    """Planned once per process and video shape: the segment path asks for it several times
+    per segment, and a 3,000-segment plan takes milliseconds to make."""
+    return tuple(plan_segments(frames, length, overlap, starts, short))
+
+
+def scene_ids(job: Job) -> list[int]:
+    """Each segment's scene for the seam and drift checks: the manifest's scenes, where a
+    redo's new prompt starts a scene of its own (it may look different on purpose)."""
+    prompts = job.progress.get("prompts")
+    ids: list[int] = []
+    last: tuple[int, str | None] | None = None
+    for plan in video_plan(job.video):
+        key = (plan.scene, given(prompts, plan.index))
+        ids.append(ids[-1] + (key != last) if ids else 0)
+        last = key
+    return ids
+
+
+def scene_change(job: Job, plans: list[SegmentPlan], index: int) -> bool:
+    """Whether segment ``index`` starts another scene than the segment before it's (as
+    scene_ids numbers them), from those two segments alone: asked at every seam."""
+    return scene_change_at(job.progress.get("prompts"), plans, index)
+
+
+def scene_change_at(prompts: Any, plans: list[SegmentPlan], index: int) -> bool:
+    """scene_change, from the prompts a job's redos gave (progress.prompts)."""
+    if index == 0:
+        return False
+    before, after = plans[index - 1], plans[index]
+    return (before.scene, given(prompts, index - 1)) != (after.scene, given(prompts, index))
+
+
+def next_segment(job: Job) -> SegmentPlan | None:
+    done = set(job.progress["segments"])
+    return next((p for p in video_plan(job.video) if p.index not in done), None)
+
+
+def segments_made(before: Job, after: Job) -> set[int]:
+    """The segments whose files one `make_segment` call made: the new one, and the segment a
+    redo joins into when its last redone segment was made (it stays recorded throughout)."""
+    made = set(after.progress["segments"]) - set(before.progress["segments"])
+    redo = after.progress.get("redo")
+    if redo and redo.get("join") is not None and redo["segments"][-1] in made:
+        made.add(int(redo["join"]))
+    return made
