@@ -70,7 +70,7 @@ class VideoSpec:
     segment_overlap: int
     renditions: tuple[str, ...]
     audio: AudioChoice | None
-    # Where encoded GOPs start (factory/pipeline/chunks.py): `every-2s` from each chunk's
+    # Where encoded GOPs start (factory/plan/chunks.py): `every-2s` from each chunk's
     # start, or `segments`: at every segment's first frame too, so a redo replaces whole GOPs.
     keyframes: str = DEFAULT_KEYFRAMES
 

@@ -28,9 +28,10 @@ from factory.job import Job
 from factory.media.analyze import PassResult, Reference, analyze
 from factory.media.frames import frames_at
 from factory.media.probe import video_packet_digests
-from factory.pipeline.chunks import Chunk, chunk_key
+from factory.pipeline.chunks import chunk_key
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
+from factory.plan.chunks import Chunk
 from factory.qc import pictures
 from factory.store import keys
 
