@@ -33,13 +33,13 @@ from factory.app import Factory  # noqa: E402
 from factory.config import Settings  # noqa: E402
 from factory.manifest import parse_manifest  # noqa: E402
 from factory.pipeline.chunk_qc import measure_chunk  # noqa: E402
-from factory.pipeline.chunks import plan_chunks  # noqa: E402
 from factory.pipeline.context import StageContext  # noqa: E402
 from factory.pipeline.encode import run_encode  # noqa: E402
 from factory.pipeline.files import Segments  # noqa: E402
 from factory.pipeline.generate import run_generate  # noqa: E402
 from factory.pipeline.mux import run_mux  # noqa: E402
 from factory.pipeline.qc import run_qc  # noqa: E402
+from factory.plan.chunks import plan_chunks  # noqa: E402
 from factory.stages import Stage  # noqa: E402
 from factory.submit import submit  # noqa: E402
 

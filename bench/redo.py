@@ -46,8 +46,7 @@ sys.path.insert(0, str(REPO))
 
 from factory.manifest import parse_manifest  # noqa: E402
 from factory.media.intermediate import read_frames  # noqa: E402
-from factory.pipeline.chunks import plan_chunks  # noqa: E402
-from factory.plan.chunks import chunk_keyframes  # noqa: E402
+from factory.plan.chunks import chunk_keyframes, plan_chunks  # noqa: E402
 from factory.plan.video import video_plan  # noqa: E402
 from factory.store import keys  # noqa: E402
 

@@ -336,8 +336,7 @@ class Operations:
     def redo_plan(self, job_id: str, *, range_text: str, cascade: bool) -> tuple[Job, RedoPlan]:
         """What a redo of `range_text` would make again, join, encode and cost (nothing is
         written: `factory redo --dry-run` prints it)."""
-        from factory.pipeline.chunks import plan_chunks
-        from factory.plan.chunks import chunk_keyframes
+        from factory.plan.chunks import chunk_keyframes, plan_chunks
         from factory.plan.video import video_plan
 
         job = self.machine.get(job_id)

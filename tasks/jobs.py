@@ -17,7 +17,7 @@ from factory.infra.alerts import after_terminal
 from factory.infra.heartbeat import Heartbeat
 from factory.job import Job
 from factory.pipeline.chunk_qc import measure_chunk
-from factory.pipeline.chunks import chunk_ready, plan_chunks
+from factory.pipeline.chunks import chunk_ready
 from factory.pipeline.context import StageContext
 from factory.pipeline.deliver import run_deliver
 from factory.pipeline.encode import ensure_chunk, run_encode
@@ -25,6 +25,7 @@ from factory.pipeline.files import Segments
 from factory.pipeline.generate import generate_segment as make_segment
 from factory.pipeline.mux import run_mux
 from factory.pipeline.qc import run_qc
+from factory.plan.chunks import plan_chunks
 from factory.plan.video import next_segment, segments_made
 from factory.stages import Stage, order
 from tasks import (

@@ -23,8 +23,6 @@ from factory.store import open_store
 from factory.store.assets import AssetCache, open_asset_cache
 from factory.store.base import Store
 
-CHUNK_SECONDS = 10.0  # encode this much video per chunk, as soon as its segments exist
-
 
 @dataclass
 class StageContext:

@@ -27,11 +27,11 @@ from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS, encode_argv
 from factory.media.splice import gop_span, keyframe_frames, splice
 from factory.pipeline.chunk_qc import file_digest, measure_chunk
-from factory.pipeline.chunks import chunk_key, chunk_ready, plan_chunks
+from factory.pipeline.chunks import chunk_key, chunk_ready
 from factory.pipeline.claims import LOCAL, Claims
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
-from factory.plan.chunks import Chunk, chunk_keyframes
+from factory.plan.chunks import Chunk, chunk_keyframes, plan_chunks
 from factory.stages import Stage
 from factory.store import keys
 

@@ -28,9 +28,9 @@ from factory.pipeline.chunk_qc import (
     measure_chunk,
     seam_thumbnails,
 )
-from factory.pipeline.chunks import plan_chunks
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
+from factory.plan.chunks import plan_chunks
 from factory.plan.segments import SegmentPlan
 from factory.plan.video import scene_ids, video_plan
 from factory.qc import gate, pictures, report

@@ -18,7 +18,7 @@ import psutil
 import pytest
 
 from factory.media.probe import video_packet_digests
-from factory.pipeline.chunks import plan_chunks
+from factory.plan.chunks import plan_chunks
 from factory.stages import Stage
 from tests.integration.cluster import Cluster
 

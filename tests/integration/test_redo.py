@@ -23,9 +23,8 @@ from factory.manifest import parse_manifest
 from factory.media.intermediate import read_frames
 from factory.media.probe import probe, video_packet_digests
 from factory.ops import Operations
-from factory.pipeline.chunks import plan_chunks
 from factory.pipeline.runner import run_job
-from factory.plan.chunks import chunk_keyframes
+from factory.plan.chunks import chunk_keyframes, plan_chunks
 from factory.plan.video import video_plan
 from factory.spec import ModelChoice, VideoSpec
 from factory.stages import Stage

@@ -86,7 +86,8 @@ def test_a_requeue_delivers_what_was_redone_never_stale_video(cluster: Cluster, 
 
     # --from encode: a chunk left in the store by the earlier run (here: made from other
     # frames) must not be joined again; the chunks are encoded anew from the segments.
-    from factory.pipeline.chunks import chunk_key, plan_chunks
+    from factory.pipeline.chunks import chunk_key
+    from factory.plan.chunks import plan_chunks
 
     chunk = plan_chunks(first.video)[0]
     recorded_chunk = store.path(chunk_key(first_made, chunk, "compat"))

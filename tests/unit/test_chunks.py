@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from factory.manifest import parse_manifest
-from factory.pipeline.chunks import plan_chunks
+from factory.plan.chunks import plan_chunks
 from factory.plan.video import video_plan
 
 

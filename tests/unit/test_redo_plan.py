@@ -6,8 +6,7 @@ import pytest
 
 from factory.errors import BadInput
 from factory.manifest import parse_manifest
-from factory.pipeline.chunks import plan_chunks
-from factory.plan.chunks import chunk_keyframes
+from factory.plan.chunks import chunk_keyframes, plan_chunks
 from factory.plan.redo import parse_range, plan_redo
 from factory.plan.video import video_plan
 
