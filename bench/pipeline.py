@@ -41,6 +41,7 @@ from factory.media.ffmpeg import QUIET, RawVideoWriter, ffmpeg_exe, run  # noqa:
 from factory.media.intermediate import write_segment  # noqa: E402
 from factory.media.presets import PRESETS, encode_argv  # noqa: E402
 from factory.media.probe import probe  # noqa: E402
+from factory.media.stitch import stitch  # noqa: E402
 from factory.pipeline.chunk_qc import measure_chunk  # noqa: E402
 from factory.pipeline.context import StageContext  # noqa: E402
 from factory.pipeline.encode import encode_chunk, run_encode  # noqa: E402
@@ -49,7 +50,6 @@ from factory.pipeline.generate import run_generate  # noqa: E402
 from factory.pipeline.runner import run_job  # noqa: E402
 from factory.plan.chunks import plan_chunks  # noqa: E402
 from factory.plan.video import video_plan  # noqa: E402
-from factory.stitch import stitch  # noqa: E402
 from factory.store.file import FileStore  # noqa: E402
 from factory.submit import submit  # noqa: E402
 

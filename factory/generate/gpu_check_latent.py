@@ -23,9 +23,9 @@ import numpy as np
 from factory.generate.base import SegmentSpec, segment_seed
 from factory.generate.families import family_of
 from factory.generate.latent_backend import AnyFlowFar, Helios, LatentGenerator
+from factory.media.stitch import stitch
 from factory.plan.segments import plan_segments
 from factory.spec import ModelChoice
-from factory.stitch import stitch
 
 TINY_HELIOS = dict(num_attention_heads=2, attention_head_dim=12, text_dim=32, ffn_dim=32,
                    num_layers=1, rope_dim=(4, 4, 4))  # fmt: skip

@@ -18,6 +18,7 @@ from factory.generate.guard import check_frames
 from factory.infra import metrics, stopping
 from factory.job import Job, SegmentRecord
 from factory.media.intermediate import write_segment, write_tail
+from factory.media.stitch import Stitched, anchor_stats, stitch, toward_anchor
 from factory.pipeline.context import StageContext
 from factory.pipeline.lineage import Operation
 from factory.pipeline.pasts import Past, Pasts, cross_fade, job_lineage
@@ -33,7 +34,6 @@ from factory.plan.video import next_segment, scene_change_at, video_plan
 from factory.qc.seams import WINDOW, colour_record, score_seam
 from factory.spec import VideoSpec
 from factory.stages import Stage
-from factory.stitch import Stitched, anchor_stats, stitch, toward_anchor
 from factory.store import keys
 
 

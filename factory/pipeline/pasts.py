@@ -16,13 +16,13 @@ from factory.generate import Generator
 from factory.infra import stopping
 from factory.job import Job
 from factory.media.intermediate import read_frames, read_tail, write_segment, write_tail
+from factory.media.stitch import overlap_weights
 from factory.pipeline.context import StageContext
 from factory.pipeline.lineage import Lineage, lineage
 from factory.pipeline.segment_files import recorded
 from factory.plan.segments import SegmentPlan
 from factory.plan.video import video_plan
 from factory.qc.seams import WINDOW
-from factory.stitch import overlap_weights
 from factory.store import keys
 
 

@@ -20,8 +20,8 @@ from factory.generate import SegmentSpec, segment_seed
 from factory.generate.latent_backend import carry_from_bytes
 from factory.manifest import ManifestError, parse_manifest
 from factory.media.intermediate import read_frames
+from factory.media.stitch import stitch
 from factory.plan.segments import plan_segments
-from factory.stitch import stitch
 from factory.store import keys
 from tests.conftest import REPO, run_cli_here
 from tests.integration.test_diffusers import home_env

@@ -270,9 +270,9 @@ def test_drift_control_pulls_later_segments_toward_the_first(tmp_path: Path):
     import numpy as np
 
     from factory.media.intermediate import read_frames
+    from factory.media.stitch import channel_stats
     from factory.pipeline.generate import generate_segment
     from factory.qc.thresholds import QcThresholds
-    from factory.stitch import channel_stats
 
     text = TIMED.replace("seconds_per_segment: 0.6", "seconds_per_segment: 0.001").replace(
         'prompt: "a slow pan over a harbor"',

@@ -3,8 +3,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from factory.media.stitch import channel_stats, stitch
 from factory.plan.segments import plan_segments
-from factory.stitch import channel_stats, stitch
 
 H, W = 24, 32
 
@@ -69,7 +69,7 @@ def test_shapes_and_bad_input():
 
 
 def test_toward_anchor_moves_the_statistics_by_the_factor():
-    from factory.stitch import anchor_stats, toward_anchor
+    from factory.media.stitch import anchor_stats, toward_anchor
 
     anchor = anchor_stats(flat(6, (100, 120, 140), spread=10, seed=1))
     drifted = flat(24, (140, 120, 100), spread=20, seed=2)
