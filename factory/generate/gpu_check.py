@@ -23,7 +23,7 @@ from factory.generate.attention import BACKENDS, Capabilities
 from factory.generate.base import SegmentSpec, segment_seed
 from factory.generate.diffusers_backend import SkyReelsDiffusionForcing
 from factory.generate.memory_plan import WAN_13B as RELEASED_WAN_13B
-from factory.generate.memory_plan import plan
+from factory.generate.memory_plan import MemoryPlan, plan
 from factory.spec import ModelChoice
 
 WAN_13B = dict(RELEASED_WAN_13B, patch_size=(1, 2, 2))  # Wan2.1 / SkyReels-V2 1.3B
@@ -149,7 +149,9 @@ def _gib(value: int | None) -> str:
     return "-" if value is None else f"{value / (1 << 30):.2f} GiB"
 
 
-def main(argv: list[str] | None = None) -> int:
+def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
+    """Parse the command line and fill in the defaults (smaller ones with --tiny); gives the
+    arguments and the resolution as written."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="tiny components on the CPU")
     parser.add_argument("--device", default=None)
@@ -167,22 +169,11 @@ def main(argv: list[str] | None = None) -> int:
     args.frames = args.frames or (17 if args.tiny else 33)
     args.overlap = args.overlap or (5 if args.tiny else 9)
     args.steps = 2 if args.tiny and args.steps == 10 else args.steps
-    backends = args.backends.split(",") if args.backends else available_backends(args.device)
-    print(
-        f"gpu check: {'tiny' if args.tiny else 'Wan2.1 1.3B-size'} components on "
-        f"{args.device}, {resolution}, {args.segments} segments of {args.frames} frames "
-        f"(overlap {args.overlap}), {args.steps} steps; backends {', '.join(backends)}",
-        flush=True,
-    )
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
-        model_dir = build_model_dir(Path(scratch) / "model", tiny=args.tiny, device=args.device)
-        print(
-            f"built and saved the components in {time.perf_counter() - started:.1f} s", flush=True
-        )
-        text_dim = (TINY if args.tiny else WAN_13B)["text_dim"]
-        results = [run_backend(model_dir, b, args, text_dim) for b in backends]  # type: ignore[arg-type]
-        estimate = plan("skyreels-v2-df", args.width, args.height, args.frames, str(model_dir))
+    return args, resolution
+
+
+def _print_results(results: list[dict[str, Any]], estimate: MemoryPlan) -> None:
+    """Print the table of backends (time and memory) and the memory plan beside it."""
     print()
     header = (
         f"{'backend':10s} {'s/segment':>10s} {'s/step':>8s} {'peak alloc':>12s} "
@@ -200,6 +191,27 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nplan (factory gpu plan) for comparison: {_gib(estimate.gpu_total)} on the GPU")
     for line in estimate.lines:
         print(f"  {line.component:28s} {_gib(line.bytes):>10s}  {line.how}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, resolution = _arguments(argv)
+    backends = args.backends.split(",") if args.backends else available_backends(args.device)
+    print(
+        f"gpu check: {'tiny' if args.tiny else 'Wan2.1 1.3B-size'} components on "
+        f"{args.device}, {resolution}, {args.segments} segments of {args.frames} frames "
+        f"(overlap {args.overlap}), {args.steps} steps; backends {', '.join(backends)}",
+        flush=True,
+    )
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as scratch:
+        model_dir = build_model_dir(Path(scratch) / "model", tiny=args.tiny, device=args.device)
+        print(
+            f"built and saved the components in {time.perf_counter() - started:.1f} s", flush=True
+        )
+        text_dim = (TINY if args.tiny else WAN_13B)["text_dim"]
+        results = [run_backend(model_dir, b, args, text_dim) for b in backends]  # type: ignore[arg-type]
+        estimate = plan("skyreels-v2-df", args.width, args.height, args.frames, str(model_dir))
+    _print_results(results, estimate)
     report = {
         "device": args.device,
         "tiny": args.tiny,

@@ -166,19 +166,8 @@ def _parameter_count(module: Any) -> int:
     return sum(p.numel() for p in module.parameters())
 
 
-def plan(
-    family: str,
-    width: int,
-    height: int,
-    frames: int,
-    model_dir: str | None = None,
-    *,
-    layerwise_fp8: bool = False,
-    group_offload: bool = False,
-    text_encoder_on_gpu: bool = False,
-    vae_tiling: bool = False,
-    size: str | None = None,
-) -> MemoryPlan:
+def _segment_frames(family: str, width: int, height: int, frames: int) -> int:
+    """Check the family and the resolution, and give the frames the pipeline really makes."""
     if family not in FAMILIES:
         raise BadInput(f"{family!r} is not one of {', '.join(FAMILIES)}", field="--family")
     fam = FAMILIES[family]
@@ -190,11 +179,12 @@ def plan(
         )
     if frames % fam.time_stride != 1 and not fam.carries_latents:  # what the pipeline makes
         frames = (frames // fam.time_stride + 1) * fam.time_stride + 1
-    configs = _configs(family, model_dir, size)
-    modules = {name: _meta_module(*spec) for name, spec in configs.items()}
-    bf16 = 2
-    transformer = modules["transformer"]
-    tcfg = dict(transformer.config)
+    return frames
+
+
+def _tokens(family: str, tcfg: dict[str, Any], width: int, height: int, frames: int) -> int:
+    """The transformer's tokens in one call: latent frames times patches per latent frame."""
+    fam = FAMILIES[family]
     latent_frames = (frames - 1) // fam.time_stride + 1
     spatial = 32 if family == "ltx-video" else 8
     patch = tcfg.get("patch_size", 1)
@@ -205,14 +195,21 @@ def plan(
     elif family == "anyflow-far":  # the checkpoint's window; older chunks compressed
         window = sum(tcfg.get("chunk_partition") or (1, 3, 3, 3, 3, 3, 3, 2))
         latent_frames = min(window, FAR_FULL_LATENTS) + max(window - FAR_FULL_LATENTS, 0) / 4
-    tokens = int(latent_frames * per_latent)
-    inner = tcfg.get("num_attention_heads", 32) * tcfg.get("attention_head_dim", 64)
-    ffn = tcfg.get("ffn_dim") or 4 * inner
-    layers = tcfg.get("num_layers", 1)
-    batch = _GUIDANCE_BATCH[family]
+    return int(latent_frames * per_latent)
 
+
+def _weight_lines(
+    modules: dict[str, Any],
+    layers: int,
+    *,
+    layerwise_fp8: bool,
+    group_offload: bool,
+    text_encoder_on_gpu: bool,
+) -> list[Line]:
+    """The weights, exact from the parameter counts: transformer, VAE, text encoder."""
+    bf16 = 2
     lines = []
-    params = _parameter_count(transformer)
+    params = _parameter_count(modules["transformer"])
     weight_bytes = params * (1 if layerwise_fp8 else bf16)
     if group_offload:  # one block resident plus what sits outside the blocks
         weight_bytes = weight_bytes // max(layers, 1) * 2
@@ -230,15 +227,33 @@ def plan(
                 "exact (parameters)",
             )
         )
+    return lines
+
+
+def _denoise_lines(family: str, tcfg: dict[str, Any], tokens: int) -> list[Line]:
+    """The estimates while denoising: one block's activations, the latents and scheduler."""
+    bf16 = 2
+    inner = tcfg.get("num_attention_heads", 32) * tcfg.get("attention_head_dim", 64)
+    ffn = tcfg.get("ffn_dim") or 4 * inner
+    batch = _GUIDANCE_BATCH[family]
     # One block's live tensors: the residual stream (2 copies), q/k/v/out, the FFN's inner
     # layer, with memory-efficient attention (no tokens^2 matrix); cross-attention K/V.
     per_token = 2 * inner + 4 * inner + ffn
-    text_len = fam.max_sequence_length
+    text_len = FAMILIES[family].max_sequence_length
     activations = batch * (tokens * per_token + 2 * text_len * inner) * bf16
-    lines.append(Line("activations (one block)", activations, True, "estimate"))
-    lines.append(
-        Line("latents + scheduler state", batch * tokens * inner // 4 * 4, True, "estimate")
-    )
+    return [
+        Line("activations (one block)", activations, True, "estimate"),
+        Line("latents + scheduler state", batch * tokens * inner // 4 * 4, True, "estimate"),
+    ]
+
+
+def _decode_lines(
+    family: str, modules: dict[str, Any], width: int, height: int, frames: int, vae_tiling: bool
+) -> list[Line]:
+    """The estimates after denoising: the VAE decode, and the carry or the tail encode."""
+    bf16 = 2
+    fam = FAMILIES[family]
+    lines = []
     vcfg = dict(modules["vae"].config) if "vae" in modules else {}
     pixels = width * height
     if vae_tiling:
@@ -260,4 +275,34 @@ def plan(
     else:
         context = context_frames * pixels * channels * bf16 * live
         lines.append(Line("context (tail encode)", context, True, "estimate"))
+    return lines
+
+
+def plan(
+    family: str,
+    width: int,
+    height: int,
+    frames: int,
+    model_dir: str | None = None,
+    *,
+    layerwise_fp8: bool = False,
+    group_offload: bool = False,
+    text_encoder_on_gpu: bool = False,
+    vae_tiling: bool = False,
+    size: str | None = None,
+) -> MemoryPlan:
+    frames = _segment_frames(family, width, height, frames)
+    configs = _configs(family, model_dir, size)
+    modules = {name: _meta_module(*spec) for name, spec in configs.items()}
+    tcfg = dict(modules["transformer"].config)
+    tokens = _tokens(family, tcfg, width, height, frames)
+    lines = _weight_lines(
+        modules,
+        tcfg.get("num_layers", 1),
+        layerwise_fp8=layerwise_fp8,
+        group_offload=group_offload,
+        text_encoder_on_gpu=text_encoder_on_gpu,
+    )
+    lines += _denoise_lines(family, tcfg, tokens)
+    lines += _decode_lines(family, modules, width, height, frames, vae_tiling)
     return MemoryPlan(family, width, height, frames, tokens, lines)
