@@ -26,7 +26,7 @@ from pydantic import (
 
 from factory.errors import FieldProblem, ManifestError, PermanentError
 from factory.generate.families import FAMILIES
-from factory.safeyaml import DocumentError, load_json, load_yaml
+from factory.manifest.safeyaml import DocumentError, load_json, load_yaml
 from factory.spec import (
     DEFAULT_KEYFRAMES,
     DIFFUSERS_FAMILIES,
