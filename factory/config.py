@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
-from factory.confinement import Confinement, confinement_from_env
 from factory.errors import ConfigError
 from factory.generate.memory import MemoryPolicy
 from factory.infra.alerts_settings import WebhookSettings
+from factory.infra.confinement import Confinement, confinement_from_env
 from factory.infra.console_settings import ConsoleSettings
 from factory.infra.console_settings import parse as _console
 from factory.infra.health_settings import HealthSettings

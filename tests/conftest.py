@@ -153,7 +153,7 @@ class HomeSnapshot:
 @pytest.fixture(scope="session", autouse=True)
 def _tests_allow_their_temp_folders(tmp_path_factory) -> None:
     """The tests' operator allows file:// assets and model directories in the tests' own
-    temporary folders (FACTORY_ASSET_ROOTS, FACTORY_MODEL_ROOTS; factory/confinement.py).
+    temporary folders (FACTORY_ASSET_ROOTS, FACTORY_MODEL_ROOTS; factory/infra/confinement.py).
     Processes the tests start inherit it; tests of the confinement set their own."""
     base = str(session_folder(tmp_path_factory))
     os.environ["FACTORY_ASSET_ROOTS"] = base

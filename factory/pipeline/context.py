@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from factory.config import Settings
-from factory.confinement import Confinement
 from factory.db.session import Database
 from factory.db.state import JobStateMachine
 from factory.errors import PermanentError
 from factory.generate import Generator, MemoryPolicy, PromptEmbedding, make_generator
 from factory.infra.alerts import Alerter, open_alerter
+from factory.infra.confinement import Confinement
 from factory.job import Job
 from factory.pipeline.prompts import EnsureResult, PromptService, open_embedding_cache
 from factory.qc.thresholds import QcThresholds

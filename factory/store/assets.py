@@ -9,7 +9,7 @@ reference at a time, and a file appears under its final name only complete and c
 
 The cache holds copies of whatever the factory may read, so it is private to the factory's
 user: folders 0700, files 0600, whatever the source file's mode was. References outside
-the operator's confinement (factory/confinement.py) are refused before anything is read.
+the operator's confinement (factory/infra/confinement.py) are refused before anything is read.
 
 If the store cannot be reached but the cache holds the reference, the cached copy is used
 (with a warning): an outage of the gateway does not stop a mux that has its audio bed.
@@ -33,8 +33,8 @@ from urllib.parse import unquote, urlparse
 if TYPE_CHECKING:
     from factory.config import Settings
 
-from factory.confinement import Confinement
 from factory.errors import BadInput, PermanentError, RetryableError
+from factory.infra.confinement import Confinement
 from factory.store.base import ObjectInfo, Store
 from factory.store.placement import HashRing
 from factory.store.s3_settings import S3Settings

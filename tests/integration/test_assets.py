@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from factory.confinement import Confinement
 from factory.errors import PermanentError, RetryableError
+from factory.infra.confinement import Confinement
 from factory.store.assets import AssetCache
 from factory.store.file import FileStore
 from factory.store.placement import HashRing

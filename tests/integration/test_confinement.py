@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from sqlalchemy import create_engine, text
 
-from factory.confinement import Confinement, OutsideConfinement
 from factory.db.session import Database
 from factory.db.state import JobStateMachine
+from factory.infra.confinement import Confinement, OutsideConfinement
 from factory.manifest import StoredSpecError, parse_manifest
 from factory.spec import ModelChoice
 from factory.store.assets import AssetCache

@@ -17,8 +17,8 @@ import pytest
 from factory import preflight
 from factory.app import Factory
 from factory.config import Settings
-from factory.confinement import Confinement
 from factory.errors import MediaError, NoSuchJob
+from factory.infra.confinement import Confinement
 from factory.manifest import load_manifest, parse_manifest
 from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS
