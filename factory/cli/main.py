@@ -29,10 +29,10 @@ from factory.cli import schema as cli_schema
 from factory.cli import serve as cli_serve
 from factory.cli import topology as cli_topology
 from factory.cli.common import err, out
+from factory.cli.runview import RunDisplay, summary_table
 from factory.errors import BadInput, FactoryError
 from factory.ops import check_manifest, event_dict, job_summary, local_actor
 from factory.retention import gc_note
-from factory.runview import RunDisplay, summary_table
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.store import S3Settings, open_store
 

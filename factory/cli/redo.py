@@ -10,9 +10,9 @@ import typer
 
 from factory.cli import common
 from factory.cli.common import err, out
+from factory.cli.runview import RunDisplay
 from factory.ops import Operations, job_summary, local_actor
 from factory.plan.redo import describe
-from factory.runview import RunDisplay
 from factory.stages import Stage
 
 
