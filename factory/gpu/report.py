@@ -13,7 +13,7 @@ from sqlalchemy import select
 
 from factory.db.models import job_events
 from factory.db.session import Database
-from factory.embeddings import CacheStats
+from factory.generate.embeddings import CacheStats
 
 
 @dataclass

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from factory.config import Settings
 from factory.db.session import Database
-from factory.embeddings import EmbeddingCache, RedisBlobs, StoreBlobs, cache_key
+from factory.generate.embeddings import EmbeddingCache, RedisBlobs, StoreBlobs, cache_key
 from factory.generate.families import family_of
 from factory.spec import ModelChoice
 from factory.store.base import Store

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from factory.db import migrate
 from factory.db.session import Database
-from factory.embeddings import EmbeddingCache, RedisBlobs, StoreBlobs, cache_key
+from factory.generate.embeddings import EmbeddingCache, RedisBlobs, StoreBlobs, cache_key
 from factory.store.file import FileStore
 
 

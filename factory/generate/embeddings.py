@@ -24,7 +24,7 @@ from factory.db.models import prompt_embeddings, utcnow
 from factory.db.session import Database
 from factory.store.base import Store
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("factory.embeddings")  # its name before issue 36
 
 BLOB_PREFIX = "cache/embeddings"
 REDIS_PREFIX = "factory:embeddings:"
