@@ -97,6 +97,49 @@ def _feed(proc: subprocess.Popen, frames: Iterator[np.ndarray], failures: list[s
             proc.stdin.close()
 
 
+def _reference_input(
+    reference: Reference, fps: float, renumber: str, count: int
+) -> tuple[list[str], str]:
+    """The reference as raw frames on stdin: its input options, and the graph that renumbers,
+    converts and splits it once into a copy per source (`[ref0]`, `[ref1]`, ...)."""
+    options = [
+        "-f",
+        "rawvideo",
+        "-pix_fmt",
+        "rgb24",
+        "-s",
+        f"{reference.width}x{reference.height}",
+        "-r",
+        f"{fps:g}",
+        "-i",
+        "pipe:0",
+    ]
+    split = "".join(f"[ref{i}]" for i in range(count))
+    graph = (
+        f"[{count}:v]{renumber},scale=out_color_matrix=bt709:out_range=tv,"
+        f"format=yuv420p,split={count}{split}"
+    )
+    return options, graph
+
+
+def _fidelity_graph(i: int, work: Path, vmaf: bool) -> tuple[str, list[str]]:
+    """Source `i` against its copy of the reference: libvmaf with its JSON log, or the psnr
+    and ssim filters with their stats files; the graph, and the extra outputs it needs."""
+    if vmaf:
+        log = work / f"vmaf-{i}.json"
+        graph = (
+            f"[main{i}][ref{i}]libvmaf=log_fmt=json:log_path={log}:n_threads=2:"
+            f"feature=name=psnr|name=float_ssim[out{i}]"
+        )
+        return graph, []
+    graph = (
+        f"[main{i}]split[m{i}a][m{i}b];[ref{i}]split[r{i}a][r{i}b];"
+        f"[m{i}a][r{i}a]psnr=stats_file={work / f'psnr-{i}.log'}[out{i}];"
+        f"[m{i}b][r{i}b]ssim=stats_file={work / f'ssim-{i}.log'}[s{i}]"
+    )
+    return graph, ["-map", f"[s{i}]", "-f", "null", "-"]
+
+
 def quality_argv(
     sources: dict[str, Path],
     fps: float,
@@ -124,23 +167,9 @@ def quality_argv(
     graph = []
     if reference is not None:
         argv = [a for a in argv if a != "-nostdin"]
-        argv += [
-            "-f",
-            "rawvideo",
-            "-pix_fmt",
-            "rgb24",
-            "-s",
-            f"{reference.width}x{reference.height}",
-            "-r",
-            f"{fps:g}",
-            "-i",
-            "pipe:0",
-        ]
-        split = "".join(f"[ref{i}]" for i in range(len(names)))
-        graph.append(
-            f"[{len(names)}:v]{renumber},scale=out_color_matrix=bt709:out_range=tv,"
-            f"format=yuv420p,split={len(names)}{split}"
-        )
+        options, split = _reference_input(reference, fps, renumber, len(names))
+        argv += options
+        graph.append(split)
     outputs = []
     decimate = f",select=not(mod(n\\,{subsample})),{renumber}" if subsample > 1 else ""
     for i, name in enumerate(names):
@@ -150,21 +179,58 @@ def quality_argv(
         else:
             size = f"scale={reference.width}:{reference.height}:flags=bicubic"
             graph.append(f"{chain}{decimate},{size},format=yuv420p[main{i}]")
-            if vmaf:
-                log = work / f"vmaf-{i}.json"
-                graph.append(
-                    f"[main{i}][ref{i}]libvmaf=log_fmt=json:log_path={log}:n_threads=2:"
-                    f"feature=name=psnr|name=float_ssim[out{i}]"
-                )
-            else:
-                graph.append(
-                    f"[main{i}]split[m{i}a][m{i}b];[ref{i}]split[r{i}a][r{i}b];"
-                    f"[m{i}a][r{i}a]psnr=stats_file={work / f'psnr-{i}.log'}[out{i}];"
-                    f"[m{i}b][r{i}b]ssim=stats_file={work / f'ssim-{i}.log'}[s{i}]"
-                )
-                outputs += ["-map", f"[s{i}]", "-f", "null", "-"]
+            fidelity, extra = _fidelity_graph(i, work, vmaf)
+            graph.append(fidelity)
+            outputs += extra
         outputs += ["-map", f"[out{i}]", "-f", "null", "-"]
     return [*argv, "-filter_complex", ";".join(graph), *outputs]
+
+
+def _run_pass(
+    argv: list[str], reference: Reference | None, subsample: int, timeout: float | None
+) -> tuple[str, int]:
+    """Run ffmpeg, feeding it the reference's frames from a thread; gives its log and exit
+    status, or raises ValueError when the reference itself could not be read."""
+    failures: list[str] = []
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.PIPE if reference else subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    feeder = None
+    if reference is not None:
+        frames = _reference_frames(reference, subsample)
+        feeder = threading.Thread(target=_feed, args=(proc, frames, failures), daemon=True)
+        feeder.start()
+    try:
+        assert proc.stderr is not None
+        log = proc.stderr.read().decode(errors="replace")
+        returncode = proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        if feeder is not None:
+            feeder.join(timeout=30)
+    if failures:
+        raise ValueError("; ".join(failures))
+    return log, returncode
+
+
+def _read_fidelity(result: PassResult, i: int, work: Path, vmaf: bool, subsample: int) -> None:
+    """Fill in source `i`'s per-frame fidelity from libvmaf's log or the filters' stats."""
+    if vmaf:
+        data = json.loads((work / f"vmaf-{i}.json").read_text())
+        result.per_frame = parse_vmaf_log(data, subsample)
+        result.vmaf_available, result.fidelity_source = True, "libvmaf"
+    else:
+        result.per_frame = {
+            "psnr_y": parse_stats(work / f"psnr-{i}.log", "psnr_y"),
+            "ssim": parse_stats(work / f"ssim-{i}.log", "Y"),
+        }
+        count = len(result.per_frame["psnr_y"])
+        result.per_frame["frame"] = [float(n * subsample) for n in range(count)]
+        result.fidelity_source = "psnr/ssim filters"
 
 
 def analyze(
@@ -195,29 +261,7 @@ def analyze(
         subsample=subsample,
         content_on=content_on,
     )
-    failures: list[str] = []
-    proc = subprocess.Popen(
-        argv,
-        stdin=subprocess.PIPE if reference else subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    feeder = None
-    if reference is not None:
-        frames = _reference_frames(reference, subsample)
-        feeder = threading.Thread(target=_feed, args=(proc, frames, failures), daemon=True)
-        feeder.start()
-    try:
-        assert proc.stderr is not None
-        log = proc.stderr.read().decode(errors="replace")
-        returncode = proc.wait(timeout=timeout)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        if feeder is not None:
-            feeder.join(timeout=30)
-    if failures:
-        raise ValueError("; ".join(failures))
+    log, returncode = _run_pass(argv, reference, subsample, timeout)
     stats = input_stats(log)
     results = {}
     for i, name in enumerate(names):
@@ -231,18 +275,7 @@ def analyze(
             frozen=frozen_runs(log, duration) if name == content_on else [],
         )
         if reference is not None and returncode == 0:
-            if vmaf:
-                data = json.loads((work / f"vmaf-{i}.json").read_text())
-                result.per_frame = parse_vmaf_log(data, subsample)
-                result.vmaf_available, result.fidelity_source = True, "libvmaf"
-            else:
-                result.per_frame = {
-                    "psnr_y": parse_stats(work / f"psnr-{i}.log", "psnr_y"),
-                    "ssim": parse_stats(work / f"ssim-{i}.log", "Y"),
-                }
-                count = len(result.per_frame["psnr_y"])
-                result.per_frame["frame"] = [float(n * subsample) for n in range(count)]
-                result.fidelity_source = "psnr/ssim filters"
+            _read_fidelity(result, i, work, vmaf, subsample)
         results[name] = result
     return results
 

@@ -131,14 +131,7 @@ def score_seam(
     within += [mean_abs_diff(p, q) for p, q in itertools.pairwise(settled)]
     normal = max(float(np.median(within)) if within else MIN_MOTION, MIN_MOTION)
     jump = max(jumps) / normal
-    # Colour: the two frames either side of the transition, less the change the picture makes
-    # anyway over the same distance inside the windows (a camera pan changes colour too).
-    delta = mean_lab(after[transition : transition + COLOUR_FRAMES]) - mean_lab(
-        before[-COLOUR_FRAMES:]
-    )
-    natural = _natural_lab_change(before, settled, transition + COLOUR_FRAMES)
-    delta_e = max(0.0, float(np.sqrt((delta**2).sum())) - natural[0])
-    delta_l = max(0.0, float(abs(delta[0])) - natural[1])
+    delta_e, delta_l = _colour_shift(before, after, settled, transition)
     distance = transition + 1
     seam_ssim = ssim(before[-1], after[transition])
     lumas = [luma(w) for w in (before, settled)]  # each frame's luma once
@@ -156,6 +149,28 @@ def score_seam(
         round(max(0.0, normal_ssim - seam_ssim), 4),
         scene_change,
     )
+    _judge(score, limits)
+    return score
+
+
+def _colour_shift(
+    before: np.ndarray, after: np.ndarray, settled: np.ndarray, transition: int
+) -> tuple[float, float]:
+    """The seam's ΔE and ΔL, less what the picture changes anyway inside the windows."""
+    # Colour: the two frames either side of the transition, less the change the picture makes
+    # anyway over the same distance inside the windows (a camera pan changes colour too).
+    delta = mean_lab(after[transition : transition + COLOUR_FRAMES]) - mean_lab(
+        before[-COLOUR_FRAMES:]
+    )
+    natural = _natural_lab_change(before, settled, transition + COLOUR_FRAMES)
+    delta_e = max(0.0, float(np.sqrt((delta**2).sum())) - natural[0])
+    delta_l = max(0.0, float(abs(delta[0])) - natural[1])
+    return delta_e, delta_l
+
+
+def _judge(score: SeamScore, limits: QcThresholds) -> None:
+    """Add to the score's failures each limit it passes (the colour ones not at a new scene)."""
+    scene_change = score.scene_change
     # A new scene may change colour and move harder on purpose (the model morphs into the new
     # prompt); there only a jump like a hard cut fails.
     jump_limit = limits.seam_jump * (SCENE_CHANGE_JUMP_FACTOR if scene_change else 1)
@@ -168,7 +183,6 @@ def score_seam(
             score.failures.append(f"luminance shift ΔL {score.delta_l:.1f} > {limits.seam_delta_l}")
     if score.ssim_drop > limits.seam_ssim_drop:
         score.failures.append(f"SSIM drop {score.ssim_drop:.2f} > {limits.seam_ssim_drop}")
-    return score
 
 
 def _ssims(x: np.ndarray, y: np.ndarray) -> np.ndarray:
