@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from factory.errors import BadInput
-from factory.media.analyze import Reference, analyze
+from factory.media.analyze import PassResult, Reference, analyze
 from factory.media.frames import frames_at, window
 from factory.media.probe import Probe, probe
 from factory.qc import gate, pictures, report
@@ -44,14 +44,7 @@ def check_file(
         raise BadInput(f"{path} has no video stream", field="VIDEO")
     v = facts.video
     fps, duration = v.fps, v.duration
-    ref = None
-    expected = v.frames
-    if reference is not None:
-        ref_facts = _probe(reference)
-        if isinstance(ref_facts, str) or ref_facts.video is None:
-            raise BadInput(f"{reference} is not a readable video", field="--reference")
-        ref = Reference([(reference, None)], ref_facts.video.width, ref_facts.video.height)
-        expected = ref_facts.video.frames
+    ref, expected = _reference(reference, v.frames)
     with tempfile.TemporaryDirectory(prefix="factory-qc-") as scratch:
         measured = analyze(
             {"video": path},
@@ -61,6 +54,40 @@ def check_file(
             work=Path(scratch),
             subsample=limits.vmaf_subsample,
         )["video"]
+    rendition = _rendition(facts, measured, expected, ref, limits)
+    seams, seam_pictures, drift = [], [], []
+    if seams_at and measured.decoded_ok:
+        seams, seam_pictures = _seams(path, seams_at, overlap, fps, v.frames, limits)
+        drift = _drift(path, seams_at, fps, v.frames)
+    images: dict[str, str] = {}
+    if out_dir is not None:
+        images = _pictures(
+            out_dir, path.name, fps, measured, rendition["content"], seams, seam_pictures, limits
+        )
+    return _document(subject, rendition, seams, drift, limits, images)
+
+
+def _reference(reference: Path | None, frames: int) -> tuple[Reference | None, int]:
+    """The reference to compare against (None without one) and the frames expected: the
+    reference's count, or the video's own without a reference."""
+    if reference is None:
+        return None, frames
+    ref_facts = _probe(reference)
+    if isinstance(ref_facts, str) or ref_facts.video is None:
+        raise BadInput(f"{reference} is not a readable video", field="--reference")
+    ref = Reference([(reference, None)], ref_facts.video.width, ref_facts.video.height)
+    return ref, ref_facts.video.frames
+
+
+def _rendition(
+    facts: Probe,
+    measured: PassResult,
+    expected: int,
+    ref: Reference | None,
+    limits: QcThresholds,
+) -> dict[str, Any]:
+    """The video's checks (decode, truncation, streams, content, fidelity), its fidelity
+    numbers, its black and frozen runs, and its probe summary."""
     fidelity = (
         gate.fidelity(measured, limits.vmaf_subsample)
         if ref is not None and measured.decoded_ok
@@ -77,35 +104,40 @@ def check_file(
         "black": [[round(s, 3), round(e, 3)] for s, e in measured.black],
         "frozen": [[round(s, 3), round(e, 3)] for s, e in measured.frozen],
     }
-    rendition = {
+    return {
         "checks": checks,
         "fidelity": fidelity,
         "content": content,
         "probe": probe_summary(facts),
     }
-    seams, seam_pictures, drift = [], [], []
-    if seams_at and measured.decoded_ok:
-        seams, seam_pictures = _seams(path, seams_at, overlap, fps, v.frames, limits)
-        drift = _drift(path, seams_at, fps, v.frames)
-    images: dict[str, str] = {}
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        title = f"{path.name}"
-        (out_dir / "contact.png").write_bytes(pictures.contact_sheet(title, seam_pictures))
-        failing = {
-            k: [
-                r
-                for r in runs
-                if r[1] - r[0] >= (limits.black_seconds if k == "black" else limits.freeze_seconds)
-            ]
-            for k, runs in content.items()
-        }
-        plot = pictures.quality_plot(
-            title, fps, {"video": measured.per_frame}, seams, limits.to_dict(), failing
-        )
-        (out_dir / "quality.png").write_bytes(plot)
-        images = {"contact": "contact.png", "quality": "quality.png"}
-    return _document(subject, rendition, seams, drift, limits, images)
+
+
+def _pictures(
+    out_dir: Path,
+    title: str,
+    fps: float,
+    measured: PassResult,
+    content: dict[str, list[list[float]]],
+    seams: list[dict[str, Any]],
+    seam_pictures: list[pictures.SeamPicture],
+    limits: QcThresholds,
+) -> dict[str, str]:
+    """Write the contact sheet and the quality plot into `out_dir`; gives their names."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "contact.png").write_bytes(pictures.contact_sheet(title, seam_pictures))
+    failing = {
+        k: [
+            r
+            for r in runs
+            if r[1] - r[0] >= (limits.black_seconds if k == "black" else limits.freeze_seconds)
+        ]
+        for k, runs in content.items()
+    }
+    plot = pictures.quality_plot(
+        title, fps, {"video": measured.per_frame}, seams, limits.to_dict(), failing
+    )
+    (out_dir / "quality.png").write_bytes(plot)
+    return {"contact": "contact.png", "quality": "quality.png"}
 
 
 def _document(

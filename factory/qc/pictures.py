@@ -130,30 +130,57 @@ def quality_plot(
         ("ssim", "SSIM", limits.get("min_ssim")),
     )
     for axis, (key, label, limit) in zip(axes, panels, strict=False):
-        drawn = False
-        for name, series in renditions.items():
-            values = series.get(key) or []
-            if not values:
-                continue
-            frames = series.get("frame") or list(range(len(values)))
-            seconds = [f / fps for f in frames]
-            axis.plot(seconds, [min(v, 100.0) for v in values], label=name, linewidth=1)
-            drawn = True
-        if limit is not None and drawn:
-            axis.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"limit {limit}")
-        if not drawn:
-            axis.text(
-                0.5,
-                0.5,
-                "not measured (no reference, or unavailable)",
-                transform=axis.transAxes,
-                ha="center",
-                va="center",
-            )
-        axis.set_ylabel(label)
-        if drawn:
-            axis.legend(loc="lower left", fontsize=8)
+        _fidelity_panel(axis, fps, renditions, key, label, limit)
     seam_axis = axes[3]
+    _seam_panel(seam_axis, seams, limits)
+    _shade_defects(axes, fps, defects)
+    seam_axis.set_ylabel("seam jump")
+    seam_axis.set_xlabel("seconds")
+    figure.suptitle(title)
+    out = io.BytesIO()
+    figure.savefig(out, format="png", dpi=80)
+    plt.close(figure)
+    return out.getvalue()
+
+
+def _fidelity_panel(
+    axis: Any,
+    fps: float,
+    renditions: dict[str, dict[str, list[float]]],
+    key: str,
+    label: str,
+    limit: float | None,
+) -> None:
+    """One metric's panel: a line per rendition measured, with the gate's limit; a note
+    where nothing was measured."""
+    drawn = False
+    for name, series in renditions.items():
+        values = series.get(key) or []
+        if not values:
+            continue
+        frames = series.get("frame") or list(range(len(values)))
+        seconds = [f / fps for f in frames]
+        axis.plot(seconds, [min(v, 100.0) for v in values], label=name, linewidth=1)
+        drawn = True
+    if limit is not None and drawn:
+        axis.axhline(limit, color="red", linestyle="--", linewidth=1, label=f"limit {limit}")
+    if not drawn:
+        axis.text(
+            0.5,
+            0.5,
+            "not measured (no reference, or unavailable)",
+            transform=axis.transAxes,
+            ha="center",
+            va="center",
+        )
+    axis.set_ylabel(label)
+    if drawn:
+        axis.legend(loc="lower left", fontsize=8)
+
+
+def _seam_panel(seam_axis: Any, seams: Sequence[dict[str, Any]], limits: dict[str, float]) -> None:
+    """The seams' jump scores at their times (green passed, red failed, diamonds a new
+    scene), with the gate's limit; a note where there are no seams."""
     if seams:
         times = [s["seconds"] for s in seams]
         jumps = [s["jump"] for s in seams]
@@ -173,14 +200,11 @@ def quality_plot(
             seam_axis.legend(loc="upper left", fontsize=8)
     else:
         seam_axis.text(0.5, 0.5, "no seams", transform=seam_axis.transAxes, ha="center")
+
+
+def _shade_defects(axes: Any, fps: float, defects: dict[str, list[list[float]]] | None) -> None:
+    """Shade the failing black (black) and frozen (blue) runs across every panel."""
     for kind, colour in (("black", "black"), ("frozen", "tab:blue")):
         for start, end in (defects or {}).get(kind, []):
             for axis in axes:
                 axis.axvspan(start, max(end, start + 1 / fps), color=colour, alpha=0.15)
-    seam_axis.set_ylabel("seam jump")
-    seam_axis.set_xlabel("seconds")
-    figure.suptitle(title)
-    out = io.BytesIO()
-    figure.savefig(out, format="png", dpi=80)
-    plt.close(figure)
-    return out.getvalue()
