@@ -30,7 +30,7 @@ from factory.pipeline.chunk_qc import (
 )
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
-from factory.plan.chunks import plan_chunks
+from factory.plan.chunks import Chunk, plan_chunks
 from factory.plan.segments import SegmentPlan
 from factory.plan.video import scene_ids, video_plan
 from factory.qc import gate, pictures, report
@@ -54,44 +54,15 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
     series: dict[str, dict[str, list[float]]] = {}
     defects: dict[str, list[list[float]]] = {"black": [], "frozen": []}
     for rendition in video.renditions:
-        with ctx.store.local_path(files.muxed(job, rendition)) as muxed:
-            facts = probe(muxed)
-            packets = video_packet_digests(muxed, [c.frames for c in chunks])
-        measured = as_delivered(
-            joined_result(measures, rendition, video.fps), measures, rendition, packets, video.fps
-        )
-        fidelity = gate.fidelity(measured, limits.vmaf_subsample) if measured.decoded_ok else None
-        checks = [
-            *gate.decode_checks(measured, video.frames_total),
-            *gate.truncation_checks(facts, measured),
-            *expected_checks(video, rendition, facts),
-            *(gate.content_checks(measured, limits) if rendition == video.renditions[0] else []),
-            *(gate.fidelity_checks(fidelity, limits) if fidelity else []),
-        ]
-        content = {"black": _runs(measured.black), "frozen": _runs(measured.frozen)}
-        renditions[rendition] = {
-            "checks": checks,
-            "fidelity": fidelity,
-            "content": content,
-            "probe": probe_summary(facts),
-        }
+        renditions[rendition], measured = _check_rendition(ctx, job, rendition, chunks, measures)
         series[rendition] = measured.per_frame
+        content = renditions[rendition]["content"]
         for kind, limit in (("black", limits.black_seconds), ("frozen", limits.freeze_seconds)):
             defects[kind] += [r for r in content[kind] if r[1] - r[0] >= limit]
     records = [made.made[p.index] for p in plans if p.index in made.made]
     seams = [r.seam for r in records if r.index > 0 and r.seam is not None]
     colours = {str(r.index): r.colour for r in records if r.colour is not None}
     drift = scene_drift(scene_ids(job), colours)
-    segment_checks = [
-        gate.Check(
-            f"segment_{index}_spread",
-            rec["spread"] >= FLAT_SPREAD,
-            rec["spread"],
-            FLAT_SPREAD,
-            f"segment {index} is one flat colour",
-        )
-        for index, rec in sorted(colours.items(), key=lambda kv: int(kv[0]))
-    ]
     images = {"contact": "contact.png", "quality": "quality.png"}
     document = report.build(
         {"job_id": job.job_id},
@@ -100,7 +71,7 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
         seam_checks=gate.seam_checks(seams),
         drift=drift,
         drift_checks=gate.drift_checks(drift, limits),
-        segment_checks=segment_checks,
+        segment_checks=_segment_checks(colours),
         limits=limits,
         images=images,
     )
@@ -109,15 +80,7 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
               for i, t in seam_thumbnails(ctx, m, c).items()}  # fmt: skip
     sheet = pictures.contact_sheet(title, _seam_pictures(plans, thumbs, seams))
     plot = pictures.quality_plot(title, video.fps, series, seams, limits.to_dict(), defects)
-    # Under this attempt's folder: the report and pictures of an earlier run are never
-    # mistaken for this one's, and a stale holder's land beside them.
-    made_keys = {name: keys.work(video.batch, video.video_id, f"{name}.png", job.attempt)
-                 for name in images}  # fmt: skip
-    ctx.store.put_bytes(made_keys["contact"], sheet)
-    ctx.store.put_bytes(made_keys["quality"], plot)
-    report_key = keys.work(video.batch, video.video_id, "qc.json", job.attempt)
-    ctx.store.put_bytes(report_key, json.dumps(document, indent=2).encode())
-    summary = {**report.summary(document), "report": report_key, "pictures": made_keys}
+    summary = _store_report(ctx, job, document, {"contact": sheet, "quality": plot})
     job = ctx.machine.checkpoint(
         job.job_id,
         attempt=job.attempt,
@@ -131,6 +94,72 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
     # A batch that requires review waits for a person before anything is published.
     after = Stage.REVIEW if ctx.machine.requires_review(job.batch) else Stage.DELIVER
     return ctx.machine.transition(job.job_id, attempt=job.attempt, to=after)
+
+
+def _check_rendition(
+    ctx: StageContext,
+    job: Job,
+    rendition: str,
+    chunks: list[Chunk],
+    measures: list[ChunkMeasure],
+) -> tuple[dict[str, Any], PassResult]:
+    """One delivered rendition: probed, its packets matched to the measured chunks, and
+    checked (decode, truncation, the expected streams, content on the first rendition,
+    fidelity); gives its part of the report and what stands as its measurement."""
+    video, limits = job.video, ctx.qc
+    with ctx.store.local_path(files.muxed(job, rendition)) as muxed:
+        facts = probe(muxed)
+        packets = video_packet_digests(muxed, [c.frames for c in chunks])
+    measured = as_delivered(
+        joined_result(measures, rendition, video.fps), measures, rendition, packets, video.fps
+    )
+    fidelity = gate.fidelity(measured, limits.vmaf_subsample) if measured.decoded_ok else None
+    checks = [
+        *gate.decode_checks(measured, video.frames_total),
+        *gate.truncation_checks(facts, measured),
+        *expected_checks(video, rendition, facts),
+        *(gate.content_checks(measured, limits) if rendition == video.renditions[0] else []),
+        *(gate.fidelity_checks(fidelity, limits) if fidelity else []),
+    ]
+    content = {"black": _runs(measured.black), "frozen": _runs(measured.frozen)}
+    entry = {
+        "checks": checks,
+        "fidelity": fidelity,
+        "content": content,
+        "probe": probe_summary(facts),
+    }
+    return entry, measured
+
+
+def _segment_checks(colours: dict[str, dict[str, Any]]) -> list[gate.Check]:
+    """A check per segment that it is not one flat colour (its luma spread)."""
+    return [
+        gate.Check(
+            f"segment_{index}_spread",
+            rec["spread"] >= FLAT_SPREAD,
+            rec["spread"],
+            FLAT_SPREAD,
+            f"segment {index} is one flat colour",
+        )
+        for index, rec in sorted(colours.items(), key=lambda kv: int(kv[0]))
+    ]
+
+
+def _store_report(
+    ctx: StageContext, job: Job, document: dict[str, Any], images: dict[str, bytes]
+) -> dict[str, Any]:
+    """Store the pictures and the report under this attempt's work folder; gives the qc
+    summary recorded on the job (with the report's and the pictures' keys)."""
+    video = job.video
+    # Under this attempt's folder: the report and pictures of an earlier run are never
+    # mistaken for this one's, and a stale holder's land beside them.
+    made_keys = {name: keys.work(video.batch, video.video_id, f"{name}.png", job.attempt)
+                 for name in images}  # fmt: skip
+    for name, data in images.items():
+        ctx.store.put_bytes(made_keys[name], data)
+    report_key = keys.work(video.batch, video.video_id, "qc.json", job.attempt)
+    ctx.store.put_bytes(report_key, json.dumps(document, indent=2).encode())
+    return {**report.summary(document), "report": report_key, "pictures": made_keys}
 
 
 def as_delivered(
