@@ -32,19 +32,11 @@ from typing import Any, TypeVar
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import (
-    BotoCoreError,
-    ClientError,
-    HTTPClientError,
-    NoCredentialsError,
-    SSLError,
-)
-from botocore.exceptions import (
-    ConnectionError as BotoConnectionError,
-)
+from botocore.exceptions import ClientError
 
 from factory.errors import BadInput, PermanentError, RetryableError
 from factory.store.base import ObjectInfo, check_key
+from factory.store.s3_errors import Corrupt, classify, error_code, http_status
 from factory.store.s3_settings import S3Settings, split_url
 from factory.store.tls_session import load_tls_once
 
@@ -54,13 +46,6 @@ T = TypeVar("T")
 _READ_CHUNK = 1 << 20
 DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
 _ETAG = re.compile(r'^"?([0-9a-f]{32})(-\d+)?"?$')
-_RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable",
-                    "RequestTimeTooSkewed", "503", "502", "504", "500"}  # fmt: skip
-_CREDENTIAL_CODES = {"InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied",
-                     "InvalidToken", "ExpiredToken"}  # fmt: skip
-_HANDSHAKE_REJECTIONS = ("certificate required", "unknown ca", "bad certificate",
-                         "certificate expired", "certificate unknown", "access denied",
-                         "certificate revoked", "handshake failure")  # fmt: skip
 
 
 class NotFound(Exception):
@@ -164,7 +149,7 @@ class S3Store:
                     Bucket=self.bucket, Key=name, Range=f"bytes={start}-{end}"
                 )["Body"]
             except ClientError as exc:
-                if _status(exc) == 404:
+                if http_status(exc) == 404:
                     raise FileNotFoundError(name) from None
                 raise
 
@@ -181,7 +166,7 @@ class S3Store:
             try:
                 response = self.client.get_object(Bucket=self.bucket, Key=name)
             except ClientError as exc:
-                if _status(exc) == 404:
+                if http_status(exc) == 404:
                     raise FileNotFoundError(f"{self.url_for(key)} does not exist") from None
                 raise
             digest = hashlib.sha256()
@@ -191,7 +176,7 @@ class S3Store:
                     out.write(chunk)
             info = _info(response)
             if info.sha256 and digest.hexdigest() != info.sha256:
-                raise _Corrupt(f"{self.url_for(key)}: downloaded bytes do not match its sha256")
+                raise Corrupt(f"{self.url_for(key)}: downloaded bytes do not match its sha256")
             return ObjectInfo(info.size, digest.hexdigest(), info.etag)
 
         return self._call(f"get {self.url_for(key)}", fetch)
@@ -287,7 +272,7 @@ class S3Store:
                     Body=data, ContentMD5=base64.b64encode(md5).decode(),
                 )["ETag"]  # fmt: skip
                 if _etag_md5(etag) not in (None, md5.hex()):
-                    raise _Corrupt(f"{where} part {number}: the server's MD5 differs from ours")
+                    raise Corrupt(f"{where} part {number}: the server's MD5 differs from ours")
                 return etag
 
             return self._call(f"upload {where} part {number}", upload), md5
@@ -366,7 +351,7 @@ class S3Store:
             try:
                 return self.client.head_object(Bucket=self.bucket, Key=name)
             except ClientError as exc:
-                if _status(exc) == 404 and _code(exc) in ("404", "NoSuchKey", "NotFound"):
+                if http_status(exc) == 404 and error_code(exc) in ("404", "NoSuchKey", "NotFound"):
                     raise NotFound(name) from None
                 raise
 
@@ -399,76 +384,7 @@ class S3Store:
 
     def _classify(self, exc: Exception) -> str:
         """A short reason for a retryable failure; raises PermanentError for the rest."""
-        check = self.settings.describe()
-        if isinstance(exc, _Corrupt):
-            return str(exc)
-        if isinstance(exc, SSLError):
-            text = str(exc)
-            lowered = text.lower()
-            if "certificate_verify_failed" in lowered or "certificate verify failed" in lowered:
-                raise PermanentError(
-                    "TLS: the S3 endpoint's certificate is not trusted: check FACTORY_S3_CA "
-                    "and that the gateway's certificate names the host of "
-                    f"FACTORY_S3_ENDPOINT_URL ({check})"
-                ) from None
-            if "key_values_mismatch" in lowered or "key values mismatch" in lowered:
-                raise PermanentError(
-                    f"TLS: FACTORY_S3_CLIENT_KEY is not the key of FACTORY_S3_CLIENT_CERT ({check})"
-                ) from None
-            if any(alert in lowered for alert in _HANDSHAKE_REJECTIONS):
-                raise PermanentError(
-                    f"TLS: the gateway refused the handshake ({_tail(text)}): check that "
-                    f"FACTORY_S3_CLIENT_CERT is valid now and issued by a CA the gateway "
-                    f"trusts ({check})"
-                ) from None
-            if "no such file" in lowered or "pem lib" in lowered:
-                raise PermanentError(
-                    f"TLS: the client certificate or key cannot be loaded ({check})"
-                ) from None
-            return f"TLS connection broke ({_tail(text)})"
-        if isinstance(exc, NoCredentialsError):
-            raise PermanentError(
-                "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or "
-                "AWS_PROFILE) for the workers"
-            ) from None
-        if isinstance(exc, (BotoConnectionError, HTTPClientError)):
-            return f"cannot reach the S3 endpoint ({_tail(str(exc))}; {check})"
-        if isinstance(exc, ClientError):
-            status, code = _status(exc), _code(exc)
-            message = exc.response.get("Error", {}).get("Message", "")
-            verdict = _header(exc, "x-client-verify")
-            if code == "ClientCertificateRejected" or verdict:
-                verdict = verdict or message.rsplit(": ", 1)[-1]
-                raise PermanentError(
-                    f"the gateway rejected the client certificate ({verdict}): "
-                    f"{_certificate_advice(verdict)} ({check})"
-                ) from None
-            if status == 400 and code == "400":
-                raise PermanentError(
-                    "the endpoint answered HTTP 400 with no S3 error, as a gateway does when it "
-                    "rejects the client certificate: check FACTORY_S3_CLIENT_CERT and "
-                    f"FACTORY_S3_CLIENT_KEY ({check})"
-                ) from None
-            if code in _CREDENTIAL_CODES or (status == 403 and code == "403"):
-                raise PermanentError(
-                    f"S3 refused the credentials ({code}): check AWS_ACCESS_KEY_ID / "
-                    f"AWS_SECRET_ACCESS_KEY and the bucket policy for {self.url}"
-                ) from None
-            if code == "NoSuchBucket":
-                raise PermanentError(
-                    f"bucket {self.bucket!r} does not exist at {check}; create it first"
-                ) from None
-            if code == "RequestTimeTooSkewed":
-                return (
-                    f"S3 answered {status} {code}: this node's clock is too far from the "
-                    "store's; check its time synchronisation (NTP)"
-                )
-            if status >= 500 or code in _RETRYABLE_CODES:
-                return f"S3 answered {status} {code}"
-            raise PermanentError(f"S3 answered {status} {code}: {message}") from None
-        if isinstance(exc, BotoCoreError):
-            raise PermanentError(f"S3 client error: {_tail(str(exc))} ({check})") from None
-        raise exc
+        return classify(exc, self.settings, self.url, self.bucket)
 
     def _name(self, key: str) -> str:
         check_key(key)
@@ -486,10 +402,6 @@ def close_all() -> None:
     left for the garbage collector to close at an arbitrary point later."""
     for store in list(_LIVE):
         store.close()
-
-
-class _Corrupt(Exception):
-    """Bytes that arrived differently from how they left: worth another attempt."""
 
 
 def _metadata(response: dict[str, Any]) -> dict[str, str]:
@@ -529,54 +441,3 @@ def _file_sha256(path: Path) -> str:
 def _etag_md5(etag: str) -> str | None:
     match = _ETAG.match(etag.strip())
     return match.group(1) if match and not match.group(2) else None
-
-
-def _status(exc: ClientError) -> int:
-    return int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode") or 0)
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def _header(exc: ClientError, name: str) -> str:
-    headers = exc.response.get("ResponseMetadata", {}).get("HTTPHeaders", {}) or {}
-    return str(headers.get(name, ""))
-
-
-def _certificate_advice(verdict: str) -> str:
-    lowered = verdict.lower()
-    if verdict == "NONE":
-        return (
-            "no client certificate was sent: set FACTORY_S3_CLIENT_CERT and FACTORY_S3_CLIENT_KEY"
-        )
-    if verdict.startswith("NOT-ALLOWED"):
-        return (
-            "FACTORY_S3_CLIENT_CERT is valid but not on the gateway's allow-list "
-            "(clients.map): `scripts/make-certs allow NAME`, then reload the gateway"
-        )
-    if "revoked" in lowered:
-        return (
-            "FACTORY_S3_CLIENT_CERT was revoked: issue this node a new one "
-            "(scripts/make-certs client)"
-        )
-    if "crl" in lowered:  # "CRL has expired", "unable to get certificate CRL"
-        return (
-            "the gateway's revocation list is expired or missing, so it refuses every client: "
-            "`scripts/make-certs crl`, then reload the gateway (nginx -s reload)"
-        )
-    if "expired" in lowered:
-        return "FACTORY_S3_CLIENT_CERT has expired: issue a new one (scripts/make-certs client)"
-    if "not yet valid" in lowered:
-        return (
-            "FACTORY_S3_CLIENT_CERT is not valid yet: check this node's clock and the "
-            "certificate's start date"
-        )
-    return (
-        "FACTORY_S3_CLIENT_CERT is not issued by a CA the gateway trusts, or was sent "
-        "without its intermediate CA (append the intermediate to the certificate file)"
-    )
-
-
-def _tail(text: str) -> str:
-    return text.strip().splitlines()[-1][-200:] if text.strip() else "no detail"
