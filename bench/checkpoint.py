@@ -32,9 +32,9 @@ from factory.db.session import Database  # noqa: E402
 from factory.db.state import JobStateMachine  # noqa: E402
 from factory.job import SegmentRecord  # noqa: E402
 from factory.manifest import parse_manifest  # noqa: E402
+from factory.ops.submit import submit  # noqa: E402
 from factory.qc.seams import colour_record  # noqa: E402
 from factory.stages import Stage  # noqa: E402
-from factory.submit import submit  # noqa: E402
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 # 30 fps, segments of 8 frames over 2 of overlap: 600 s (the longest allowed) is 3,000 segments

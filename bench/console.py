@@ -45,7 +45,7 @@ from factory.db.models import jobs as jobs_table  # noqa: E402
 from factory.db.session import Database  # noqa: E402
 from factory.manifest import parse_manifest  # noqa: E402
 from factory.ops import Operations  # noqa: E402
-from factory.submit import submit  # noqa: E402
+from factory.ops.submit import submit  # noqa: E402
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432"

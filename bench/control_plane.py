@@ -47,8 +47,8 @@ from factory.db.session import Database  # noqa: E402
 from factory.db.state import JobStateMachine  # noqa: E402
 from factory.job import SegmentRecord  # noqa: E402
 from factory.manifest import parse_manifest  # noqa: E402
+from factory.ops.submit import submit  # noqa: E402
 from factory.stages import Stage  # noqa: E402
-from factory.submit import submit  # noqa: E402
 from tests.integration.cluster import BROKER, new_cluster  # noqa: E402
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"

@@ -42,6 +42,7 @@ from factory.media.intermediate import write_segment  # noqa: E402
 from factory.media.presets import PRESETS, encode_argv  # noqa: E402
 from factory.media.probe import probe  # noqa: E402
 from factory.media.stitch import stitch  # noqa: E402
+from factory.ops.submit import submit  # noqa: E402
 from factory.pipeline.chunk_qc import measure_chunk  # noqa: E402
 from factory.pipeline.context import StageContext  # noqa: E402
 from factory.pipeline.encode import encode_chunk, run_encode  # noqa: E402
@@ -51,7 +52,6 @@ from factory.pipeline.runner import run_job  # noqa: E402
 from factory.plan.chunks import plan_chunks  # noqa: E402
 from factory.plan.video import video_plan  # noqa: E402
 from factory.store.file import FileStore  # noqa: E402
-from factory.submit import submit  # noqa: E402
 
 WIDTH, HEIGHT, FPS = 640, 360, 16
 RENDITIONS = ("master", "mobile", "compat")

@@ -32,6 +32,7 @@ sys.path.insert(0, str(REPO))
 from factory.app import Factory  # noqa: E402
 from factory.config import Settings  # noqa: E402
 from factory.manifest import parse_manifest  # noqa: E402
+from factory.ops.submit import submit  # noqa: E402
 from factory.pipeline.chunk_qc import measure_chunk  # noqa: E402
 from factory.pipeline.context import StageContext  # noqa: E402
 from factory.pipeline.encode import run_encode  # noqa: E402
@@ -41,7 +42,6 @@ from factory.pipeline.mux import run_mux  # noqa: E402
 from factory.pipeline.qc import run_qc  # noqa: E402
 from factory.plan.chunks import plan_chunks  # noqa: E402
 from factory.stages import Stage  # noqa: E402
-from factory.submit import submit  # noqa: E402
 
 WIDTH, HEIGHT, FPS = 1280, 720, 24
 

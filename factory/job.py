@@ -6,7 +6,7 @@ reads and writes them (the state machine, composed in factory/db/state.py). They
 SQLAlchemy. Their ``from_row`` constructors stay here, beside the fields they fill: they
 read a row by its column names (``row._mapping`` or attributes), which any row-like object
 offers, so they need nothing of the database layer, and code outside it that runs a query
-of its own (factory/ops.py) builds its jobs the same way.
+of its own (factory/ops/) builds its jobs the same way.
 """
 
 from __future__ import annotations

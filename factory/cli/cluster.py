@@ -298,7 +298,7 @@ def watch(
 def _window_end(window: str | None) -> datetime | None:
     if window is None:
         return None
-    from factory.forecast import parse_window
+    from factory.ops.forecast import parse_window
 
     return parse_window(window, datetime.now().astimezone())[1]
 

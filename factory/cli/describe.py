@@ -8,7 +8,7 @@ from typing import Any
 
 from factory.job import Job
 from factory.ops import JobView
-from factory.retention import gc_note
+from factory.ops.retention import gc_note
 from factory.stages import Action, Stage
 
 

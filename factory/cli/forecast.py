@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from factory.config import Settings
-from factory.forecast import Forecast
+from factory.ops.forecast import Forecast
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 

@@ -1,6 +1,6 @@
 """`factory gc`: remove the intermediates of delivered jobs older than the retention policy
 (FACTORY_KEEP_INTERMEDIATES, 7 days), with a progress bar; what goes and what stays is in
-factory/retention.py and docs/storage.md."""
+factory/ops/retention.py and docs/storage.md."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from factory.config import Settings, parse_duration
-from factory.retention import JobGc, Report, collect, human_bytes
+from factory.ops.retention import JobGc, Report, collect, human_bytes
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

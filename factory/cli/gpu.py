@@ -49,9 +49,8 @@ def preload(
     asset cache, this node's share by consistent hashing over FACTORY_NODES, and the prompt
     embeddings into the shared cache, so GPU workers load only the transformer and the VAE.
     Run it on every node (scripts/nightly.sh does, before submitting)."""
-    from factory import preflight
     from factory.manifest import load_manifest
-    from factory.ops import check_manifest
+    from factory.ops import check_manifest, preflight
     from factory.store import open_store
 
     settings = Settings.from_env()

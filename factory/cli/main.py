@@ -32,15 +32,15 @@ from factory.cli.common import err, out
 from factory.cli.runview import RunDisplay, summary_table
 from factory.errors import BadInput, FactoryError
 from factory.ops import check_manifest, event_dict, job_summary, local_actor
-from factory.retention import gc_note
+from factory.ops.retention import gc_note
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.store import S3Settings, open_store
 
 if TYPE_CHECKING:  # imported where a manifest is read: `factory jobs` and `status` need none
-    from factory import preflight
     from factory.app import Factory
     from factory.manifest import Manifest
-    from factory.submit import Submitted
+    from factory.ops import preflight
+    from factory.ops.submit import Submitted
 
 try:  # typer >= 0.2x carries its own copy of click
     from typer.exceptions import TyperException as _CommandLineError

@@ -15,9 +15,9 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 
 from factory.access import Access
 from factory.errors import BadInput, FactoryError, NoSuchJob
-from factory.forecast import parse_window
 from factory.media.presets import PRESETS
 from factory.ops import JobView, Operations
+from factory.ops.forecast import parse_window
 from factory.qc.seams import SCENE_CHANGE_JUMP_FACTOR
 from factory.qc.thresholds import QcThresholds
 from factory.stages import REQUEUE_TARGETS, Stage

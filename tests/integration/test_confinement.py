@@ -23,10 +23,10 @@ from factory.db.session import Database
 from factory.db.state import JobStateMachine
 from factory.infra.confinement import Confinement, OutsideConfinement
 from factory.manifest import StoredSpecError, parse_manifest
+from factory.ops.submit import submit
 from factory.spec import ModelChoice
 from factory.store.assets import AssetCache
 from factory.store.file import FileStore
-from factory.submit import submit
 from tests.conftest import embedded_env, run_cli_here
 
 

@@ -16,10 +16,10 @@ from factory.errors import PermanentError
 from factory.generate import MemoryPolicy, SegmentSpec, make_generator, text_encoding
 from factory.generate.diffusers_backend import check_model_dir
 from factory.manifest import parse_manifest
+from factory.ops.submit import submit
 from factory.pipeline.generate import generate_segment
 from factory.spec import ModelChoice
 from factory.store import keys
-from factory.submit import submit
 from tests.conftest import REPO, run_cli_here
 from tests.integration.test_pipeline import home_env as plain_home_env
 from tests.integration.test_pipeline import in_process

@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from factory import retention
 from factory.app import Factory
 from factory.config import Settings
 from factory.db import migrate
@@ -26,12 +25,13 @@ from factory.errors import InvalidOperation
 from factory.job import Job
 from factory.manifest import load_manifest
 from factory.media.ffmpeg import ffmpeg_exe
+from factory.ops import retention
+from factory.ops.submit import submit
 from factory.pipeline.context import StageContext
 from factory.pipeline.generate import run_generate
 from factory.pipeline.runner import run_job
 from factory.stages import Stage
 from factory.store import Store, open_store
-from factory.submit import submit
 from tests.conftest import REPO, manifest_text, run_cli_here
 from tests.conftest import embedded_env as home_env
 
@@ -83,7 +83,7 @@ def make_bench(env: dict[str, str]) -> Bench:
 
 
 def is_intermediate(key: str) -> bool:
-    """The policy in docs/storage.md, said again independently of factory/retention.py."""
+    """The policy in docs/storage.md, said again independently of factory/ops/retention.py."""
     rel = key.split("/", 2)[2]  # after {batch}/{video}/
     if rel.startswith("segments/"):
         return rel.endswith((".mkv", ".tail.npy"))

@@ -229,8 +229,8 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
 def test_a_resumed_job_makes_the_same_frames_through_the_factory(
     tmp_path: Path, model_dirs: dict[str, Path]
 ):
+    from factory.ops.submit import submit
     from factory.pipeline.generate import generate_segment
-    from factory.submit import submit
     from tests.integration.test_diffusers import segment_digests
 
     digests = []

@@ -86,11 +86,11 @@ from factory.job import Job
 from factory.manifest import parse_manifest
 from factory.media.intermediate import read_frames
 from factory.ops import Operations
-from factory.retention import collect
+from factory.ops.retention import collect
+from factory.ops.submit import submit
 from factory.stages import ACTIVE, Stage, order
 from factory.store import keys, open_store
 from factory.store.file import FileStore
-from factory.submit import submit
 from tests.conftest import REPO, embedded_env
 
 # --- the batch: 7 s at 12 fps, 64x64: 84 frames in 4 segments (24 + 3 x 20 new frames),

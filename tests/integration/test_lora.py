@@ -12,9 +12,9 @@ import pytest
 
 from factory.errors import PermanentError
 from factory.manifest import parse_manifest
+from factory.ops.submit import submit
 from factory.pipeline.files import Segments
 from factory.pipeline.generate import generate_segment
-from factory.submit import submit
 from tests.integration.test_pipeline import in_process
 from tests.tiny_models import save_lora
 

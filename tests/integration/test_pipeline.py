@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from factory import preflight
 from factory.app import Factory
 from factory.config import Settings
 from factory.errors import MediaError, NoSuchJob
@@ -23,6 +22,8 @@ from factory.manifest import load_manifest, parse_manifest
 from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS
 from factory.media.probe import probe
+from factory.ops import preflight
+from factory.ops.submit import submit
 from factory.pipeline import files
 from factory.pipeline.context import StageContext
 from factory.pipeline.encode import run_encode
@@ -34,7 +35,6 @@ from factory.plan.video import video_plan
 from factory.stages import Stage
 from factory.store import keys
 from factory.store.file import FileStore
-from factory.submit import submit
 from tests.conftest import REPO, run_cli_here
 from tests.conftest import embedded_env as home_env
 

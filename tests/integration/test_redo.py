@@ -23,13 +23,13 @@ from factory.manifest import parse_manifest
 from factory.media.intermediate import read_frames
 from factory.media.probe import probe, video_packet_digests
 from factory.ops import Operations
+from factory.ops.submit import submit
 from factory.pipeline.runner import run_job
 from factory.plan.chunks import chunk_keyframes, plan_chunks
 from factory.plan.video import video_plan
 from factory.spec import ModelChoice, VideoSpec
 from factory.stages import Stage
 from factory.store import keys
-from factory.submit import submit
 from tests.conftest import HomeSnapshot, run_cli, run_cli_here
 from tests.integration.cluster import Cluster, manifest
 from tests.integration.test_pipeline import home_env, in_process

@@ -15,10 +15,10 @@ from factory.generate.base import PromptEmbedding
 from factory.generate.procedural import ProceduralGenerator
 from factory.manifest import parse_manifest
 from factory.media.analyze import analyze
+from factory.ops.submit import submit
 from factory.pipeline.runner import run_job
 from factory.spec import ModelChoice
 from factory.stages import Stage
-from factory.submit import submit
 from tests.conftest import run_cli_here
 from tests.integration.test_pipeline import home_env, in_process
 

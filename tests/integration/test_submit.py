@@ -19,7 +19,7 @@ from factory.db.state import JobStateMachine
 from factory.errors import SpecConflict
 from factory.infra.idempotency import KEY_PREFIX, SubmitTokens
 from factory.manifest import parse_manifest
-from factory.submit import submit
+from factory.ops.submit import submit
 from tests.conftest import REPO, manifest_text
 
 

@@ -12,13 +12,13 @@ import pytest
 
 from factory.manifest import parse_manifest
 from factory.media.intermediate import write_segment
+from factory.ops.submit import submit
 from factory.pipeline import files
 from factory.pipeline.encode import run_encode
 from factory.pipeline.generate import run_generate
 from factory.pipeline.mux import run_mux
 from factory.pipeline.runner import run_job
 from factory.stages import Stage
-from factory.submit import submit
 from tests import footage
 from tests.conftest import run_cli
 from tests.integration.test_pipeline import in_process

@@ -7,7 +7,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from factory.errors import BadInput
-from factory.forecast import (
+from factory.manifest import parse_manifest
+from factory.ops.forecast import (
     DEFAULTS,
     History,
     Sample,
@@ -18,7 +19,6 @@ from factory.forecast import (
     segment_estimate,
     time_left,
 )
-from factory.manifest import parse_manifest
 
 TZ = timezone(timedelta(hours=1))
 

@@ -9,7 +9,7 @@ import pytest
 
 from factory.config import Settings, parse_duration
 from factory.errors import ConfigError
-from factory.retention import classify, human_bytes
+from factory.ops.retention import classify, human_bytes
 from factory.store.file import FileStore
 from factory.store.s3 import S3Store
 from factory.store.s3_settings import S3Settings

@@ -30,7 +30,7 @@ def submit(
     actor: str = "",
 ) -> Submitted:
     """Create the manifest's jobs. Files named beside the manifest must have been put into the
-    store first (`factory.preflight`): a job never refers to a path on the submitting host.
+    store first (`factory.ops.preflight`): a job never refers to a path on the submitting host.
     A new batch requires review if its manifest says `review: required` or the setting
     FACTORY_REVIEW does (``review_required``); an existing batch keeps what it had."""
     from factory.manifest import is_local_path
@@ -40,7 +40,7 @@ def submit(
         if local:
             raise BadInput(
                 f"{local[0]} is a path on the submitting host; check and upload the manifest "
-                "with factory.preflight before submitting",
+                "with factory.ops.preflight before submitting",
                 field=f"videos[{index}]",
             )
     hashes = {video.job_id: video.sha256() for video in manifest.videos}

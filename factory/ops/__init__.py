@@ -10,8 +10,6 @@ work is only recorded (the embedded CLI runs it here: `in_process`, `run_here`).
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import json
 import logging
@@ -21,20 +19,18 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Integer, func, literal, select, tuple_
-from sqlalchemy.ext.compiler import compiles
-from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy import func, select, tuple_
 
 from factory.app import Factory
 from factory.db.models import batches, jobs
 from factory.errors import BadInput
-from factory.forecast import (
+from factory.infra.alerts import after_terminal, open_alerter
+from factory.job import Event, Job
+from factory.ops.forecast import (
     CPU_SECONDS_PER_VIDEO_SECOND,
-    Forecast,
     History,
     forecast,
     gpus_needed,
@@ -43,21 +39,29 @@ from factory.forecast import (
     segment_estimate,
     time_left,
 )
-from factory.infra.alerts import after_terminal, open_alerter
-from factory.job import Event, Job, SegmentRecord, VersionRecord
+from factory.ops.paging import PAST_GENERATION, decode_cursor, encode_cursor, progress_number
+from factory.ops.views import (
+    BatchForecast,
+    BatchView,
+    JobView,
+    Page,
+    event_dict,
+    job_summary,
+)
 from factory.plan.redo import RedoPlan, parse_range, plan_redo
-from factory.retention import gc_note
 from factory.spec import VideoSpec
 from factory.stages import Stage
 from factory.store import open_store
 
 if TYPE_CHECKING:  # manifests, preflight and submit are imported where a manifest is read
-    from factory import preflight
     from factory.config import Settings
     from factory.manifest import Manifest
-    from factory.submit import Submitted
+    from factory.ops import preflight
+    from factory.ops.submit import Submitted
 
 Dispatcher = Callable[[list[Job]], None]
+__all__ = ["BatchForecast", "BatchView", "Dispatcher", "JobView", "Operations", "Page",
+           "check_manifest", "event_dict", "job_summary", "local_actor"]  # fmt: skip
 log = logging.getLogger("factory.ops")
 HISTORY_SECONDS = 300.0  # the forecast's history is re-read at most this often
 ETA_SECONDS = 30.0  # a batch's ETA is recomputed at most this often
@@ -67,108 +71,6 @@ def local_actor() -> str:
     """Who acts from a shell: the user and host (the API passes `token:NAME`)."""
     user = os.environ.get("USER") or os.environ.get("LOGNAME") or "unknown"
     return f"cli:{user}@{socket.gethostname()}"
-
-
-@dataclass(frozen=True)
-class Page:
-    items: list[Any]
-    next_cursor: str | None  # pass as `after` for the next page; None: this was the last
-
-
-@dataclass(frozen=True)
-class BatchView:
-    batch: str
-    created_at: datetime
-    review: bool
-    by_stage: dict[str, int]
-    frames_done: int
-    frames_total: int
-    eta: datetime | None = None  # when the unfinished jobs should be done (forecast)
-
-    @property
-    def total(self) -> int:
-        return sum(self.by_stage.values())
-
-    def count(self, *stages: Stage) -> int:
-        return sum(self.by_stage.get(s.value, 0) for s in stages)
-
-    @property
-    def finished(self) -> bool:
-        return self.count(Stage.DONE, Stage.FAILED, Stage.CANCELLED) == self.total
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "batch": self.batch,
-            "created_at": self.created_at.isoformat(),
-            "review": self.review,
-            "jobs": self.total,
-            "by_stage": self.by_stage,
-            "delivered": self.count(Stage.DONE),
-            "failed": self.count(Stage.FAILED),
-            "cancelled": self.count(Stage.CANCELLED),
-            "waiting_review": self.count(Stage.REVIEW),
-            "frames_done": self.frames_done,
-            "frames_total": self.frames_total,
-            "eta": self.eta.isoformat() if self.eta else None,
-        }
-
-
-@dataclass(frozen=True)
-class BatchForecast:
-    forecast: Forecast
-    gpus_needed: int | None  # with a window it misses: the fewest GPUs that would make it
-    recorded: int  # segments of history it is based on
-
-
-@dataclass(frozen=True)
-class JobView:
-    """A job in full: what `factory status` prints and the console's video page shows."""
-
-    job: Job
-    segments: dict[int, SegmentRecord]
-    checks: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # from the QC report
-    versions: list[VersionRecord] = field(default_factory=list)  # delivered, oldest first
-    review_candidate: dict[str, int] | None = None  # in review: {attempt, version}
-
-    @property
-    def current(self) -> VersionRecord | None:
-        """The version published now (None before the first delivery)."""
-        return next((v for v in self.versions if v.version == self.job.version), None)
-
-    @property
-    def outputs(self) -> dict[str, str]:
-        current = self.current
-        return dict(current.outputs or {}) if current else {}
-
-    @property
-    def seams(self) -> list[dict[str, Any]]:
-        # records from before the seam dict named its segment lack the key
-        return [{"seam": i, **r.seam} for i, r in sorted(self.segments.items()) if r.seam]
-
-    def to_dict(self) -> dict[str, Any]:
-        job = self.job
-        return job_summary(job) | {
-            "video_id": job.spec.get("video_id"),
-            "spec": job.spec,
-            "trace_id": job.trace_id,
-            "claimed_by": job.claimed_by,
-            "recoveries": job.recoveries,
-            "timings": job.progress.get("timings", {}),
-            "version": job.version,
-            "outputs": self.outputs,
-            "versions": [v.to_dict() for v in self.versions],
-            "review_candidate": self.review_candidate,
-            "qc": job.progress.get("qc"),
-            "review": job.progress.get("review"),
-            "gc": gc_note(job),
-            "seams": self.seams,
-            "checks": self.checks,
-            "actions": sorted(job.actions),
-            "segments_made": [  # every segment's whole record
-                {k: v for k, v in dataclasses.asdict(r).items() if v is not None}
-                for _, r in sorted(self.segments.items())
-            ],
-        }
 
 
 class Operations:
@@ -214,13 +116,13 @@ class Operations:
         if stage is not None:
             query = query.where(jobs.c.stage == stage.value)
         if after:
-            created, job_id = _decode_cursor(after)
+            created, job_id = decode_cursor(after)
             query = query.where(tuple_(jobs.c.created_at, jobs.c.job_id) > (created, job_id))
         with self.machine.database.transaction() as conn:
             rows = [Job.from_row(row) for row in conn.execute(query)]
         more = len(rows) > limit
         rows = rows[:limit]
-        cursor = _encode_cursor(rows[-1].created_at, rows[-1].job_id) if more and rows else None
+        cursor = encode_cursor(rows[-1].created_at, rows[-1].job_id) if more and rows else None
         return Page(rows, cursor)
 
     def batches(self, *, limit: int = 50, names: list[str] | None = None) -> list[BatchView]:
@@ -233,8 +135,8 @@ class Operations:
                 jobs.c.batch,
                 jobs.c.stage,
                 func.count(),
-                func.sum(func.coalesce(_progress_number("frame"), 0)),
-                func.sum(func.coalesce(_progress_number("frames_total"), 0)),
+                func.sum(func.coalesce(progress_number("frame"), 0)),
+                func.sum(func.coalesce(progress_number("frames_total"), 0)),
             )
             .group_by(jobs.c.batch, jobs.c.stage)
             .where(jobs.c.batch.in_(select(query.limit(limit).subquery().c.batch)))
@@ -248,7 +150,7 @@ class Operations:
         for row in found:
             tally = tallies.get(row.batch, {})
             done_frames = sum(
-                total if stage in _PAST_GENERATION else done
+                total if stage in PAST_GENERATION else done
                 for stage, (_, done, total) in tally.items()
             )
             views.append(
@@ -420,8 +322,8 @@ class Operations:
         return check_manifest(parsed, self.settings, remote=remote)
 
     def submit_checked(self, checked: preflight.Preflight, *, actor: str) -> Submitted:
-        from factory import preflight
-        from factory.submit import submit as submit_manifest
+        from factory.ops import preflight
+        from factory.ops.submit import submit as submit_manifest
 
         if checked.uploads:
             settings = self.settings
@@ -538,7 +440,7 @@ def check_manifest(
     """The one preflight (`factory validate`, submit, `factory run`, the API): every asset
     and model directory the manifest names, checked against this host and its store; needs
     no database, so validating writes nothing."""
-    from factory import preflight
+    from factory.ops import preflight
 
     return preflight.check(
         parsed,
@@ -547,79 +449,3 @@ def check_manifest(
         s3=settings.s3,
         allow_local=not remote,
     )
-
-
-def job_summary(job: Job) -> dict[str, Any]:
-    return {
-        "job_id": job.job_id,
-        "batch": job.batch,
-        "stage": job.stage.value,
-        "stopped_stage": job.stopped_stage.value if job.stopped_stage else None,
-        "attempt": job.attempt,
-        "progress": job.progress,
-        "last_error": job.last_error,
-        "heartbeat_at": _iso(job.heartbeat_at),
-        "created_at": _iso(job.created_at),
-        "updated_at": _iso(job.updated_at),
-    }
-
-
-def event_dict(event: Event) -> dict[str, Any]:
-    return {
-        "id": event.id,
-        "job_id": event.job_id,
-        "at": _iso(event.at),
-        "stage": event.stage.value,
-        "event": event.event,
-        "attempt": event.attempt,
-        "detail": event.detail,
-        "trace_id": event.trace_id,
-    }
-
-
-# Jobs past generation count all their frames as made (failed ones count what they made).
-_PAST_GENERATION = {s.value for s in Stage if s not in (Stage.QUEUED, Stage.GENERATE)} - {
-    Stage.FAILED.value,
-    Stage.CANCELLED.value,
-}
-
-
-class _ProgressNumber(FunctionElement[int]):
-    """A whole number at the top of a job's progress JSON, read in SQL."""
-
-    type = Integer()
-    inherit_cache = True
-
-
-@compiles(_ProgressNumber, "postgresql")
-def _progress_number_pg(element: _ProgressNumber, compiler: Any, **kw: Any) -> str:
-    (key,) = element.clauses
-    return f"((jobs.progress ->> {compiler.process(key, **kw)})::bigint)"
-
-
-@compiles(_ProgressNumber, "sqlite")
-def _progress_number_sqlite(element: _ProgressNumber, compiler: Any, **kw: Any) -> str:
-    (key,) = element.clauses
-    return f"CAST(json_extract(jobs.progress, '$.' || {compiler.process(key, **kw)}) AS INTEGER)"
-
-
-def _progress_number(key: str) -> Any:
-    return _ProgressNumber(literal(key))
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
-
-
-def _encode_cursor(created: datetime, job_id: str) -> str:
-    raw = json.dumps([created.astimezone(UTC).isoformat(), job_id]).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        created, job_id = json.loads(raw)
-        return datetime.fromisoformat(created), str(job_id)
-    except (ValueError, TypeError, binascii.Error):
-        raise BadInput("is not a cursor this API gave out", field="after") from None
