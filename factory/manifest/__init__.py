@@ -7,31 +7,32 @@ problem yields no job at all. Limits (documented in docs/manifest.md):
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Any
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    StrictBool,
-    StrictInt,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import ValidationError
 
 from factory.errors import FieldProblem, ManifestError, PermanentError
 from factory.generate.families import FAMILIES
 from factory.manifest.safeyaml import DocumentError, load_json, load_yaml
+from factory.manifest.schema import (
+    BUILTIN_DEFAULTS,
+    DEFAULT_SEGMENT_FRAMES,
+    DEFAULT_SEGMENT_OVERLAP,
+    MAX_MANIFEST_BYTES,
+    MAX_VIDEOS,
+    AudioSettings,
+    ManifestDocument,
+    ModelSettings,
+    Resolution,
+    SegmentSettings,
+    VideoEntry,
+    VideoSettings,
+    is_local_path,
+)
 from factory.spec import (
     DEFAULT_KEYFRAMES,
-    DIFFUSERS_FAMILIES,
-    KEYFRAME_LAYOUTS,
-    MODEL_FAMILIES,
     AudioChoice,
     LoraChoice,
     ModelChoice,
@@ -43,220 +44,6 @@ from factory.spec import (
     job_id_for,
 )
 
-MAX_MANIFEST_BYTES = 1024 * 1024
-MAX_VIDEOS = 100
-MAX_DURATION_S = 600.0
-MAX_FPS = 60
-MIN_SIDE, MAX_SIDE = 64, 3840
-MAX_PIXELS = 3840 * 2160
-SIDE_MULTIPLE = 8
-MAX_PROMPT_CHARS = 2000
-MAX_SCENES = 200
-MAX_SEGMENT_FRAMES = 1024
-MAX_SEED = 2**32 - 1
-MAX_SECONDS_PER_SEGMENT = 3600.0
-MAX_LORAS = 4
-ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$"
-RENDITIONS = ("master", "mobile", "compat")
-DEFAULT_RENDITIONS = RENDITIONS
-
-_ID_RULE = "must be 1-48 characters of A-Z a-z 0-9 _ - starting with a letter or digit"
-
-
-def _check_id(value: str) -> str:
-    if not re.fullmatch(ID_PATTERN, value):
-        raise ValueError(f"{value!r} {_ID_RULE}")
-    return value
-
-
-SafeId = Annotated[str, AfterValidator(_check_id)]
-Prompt = Annotated[str, Field(min_length=1, max_length=MAX_PROMPT_CHARS)]
-Seconds = Annotated[float, Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="forbid", frozen=True)
-
-
-class Resolution(_Strict):
-    width: StrictInt = Field(ge=MIN_SIDE, le=MAX_SIDE, multiple_of=SIDE_MULTIPLE)
-    height: StrictInt = Field(ge=MIN_SIDE, le=MAX_SIDE, multiple_of=SIDE_MULTIPLE)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _from_text_or_pair(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            match = re.fullmatch(r"\s*(\d+)\s*[xX]\s*(\d+)\s*", value)
-            if not match:
-                raise ValueError(f"{value!r} must be WIDTHxHEIGHT, e.g. 1280x720")
-            return {"width": int(match[1]), "height": int(match[2])}
-        if isinstance(value, list):
-            if len(value) != 2:
-                raise ValueError("must be [width, height]")
-            return {"width": value[0], "height": value[1]}
-        return value
-
-    @model_validator(mode="after")
-    def _pixel_budget(self) -> Resolution:
-        if self.width * self.height > MAX_PIXELS:
-            raise ValueError(f"{self.width}x{self.height} is more pixels than 3840x2160")
-        return self
-
-
-DEFAULT_SEGMENT_FRAMES, DEFAULT_SEGMENT_OVERLAP = 16, 4  # families without their own
-
-
-class SegmentSettings(_Strict):
-    """What the manifest says; a setting left out comes from the model family (or the
-    defaults above), and the overlap-at-most-half rule is checked on the result."""
-
-    frames: StrictInt | None = Field(default=None, ge=2, le=MAX_SEGMENT_FRAMES)
-    overlap: StrictInt | None = Field(default=None, ge=0, le=MAX_SEGMENT_FRAMES - 1)
-
-
-def is_local_path(reference: str) -> bool:
-    """`./beds/calm.ogg`: a file in the manifest's folder (or below it), put into the store
-    (content-addressed) when the manifest is submitted."""
-    return reference.startswith("./")
-
-
-def _asset_reference(value: str) -> str:
-    if "://" in value:
-        scheme = value.split("://", 1)[0]
-        if scheme not in ("file", "s3"):
-            raise ValueError(
-                f"scheme {scheme!r} is not supported; use ./path, file://, s3:// or a store key"
-            )
-    elif ".." in value.split("/"):
-        raise ValueError(f"{value!r} must not climb out: a path or key without '..'")
-    elif is_local_path(value):
-        if value.endswith("/"):
-            raise ValueError(f"{value!r} names a folder; name the file")
-    elif value.startswith("/"):
-        raise ValueError(
-            f"{value!r} must be a path in the manifest's folder (./…), a store URL "
-            "(file://, s3://) or a store key"
-        )
-    return value
-
-
-class LoraSettings(_Strict):
-    asset: str = Field(min_length=1, max_length=1024)
-    scale: float = Field(default=1.0, ge=-4, le=4, allow_inf_nan=False)
-
-    @field_validator("asset")
-    @classmethod
-    def _reference(cls, value: str) -> str:
-        if not value.endswith(".safetensors"):
-            raise ValueError(f"{value!r} must be a .safetensors file (a LoRA as trainers save it)")
-        return _asset_reference(value)
-
-
-class ModelSettings(_Strict):
-    family: Literal[MODEL_FAMILIES]  # type: ignore[valid-type]
-    path: str | None = Field(default=None, min_length=1, max_length=4096)
-    seconds_per_segment: float | None = Field(
-        default=None, gt=0, le=MAX_SECONDS_PER_SEGMENT, allow_inf_nan=False
-    )
-    steps: StrictInt | None = Field(default=None, ge=1, le=200)
-    guidance: float | None = Field(default=None, ge=0, le=30, allow_inf_nan=False)
-    lora: list[LoraSettings] | None = Field(default=None, min_length=1, max_length=MAX_LORAS)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _family_shorthand(cls, value: Any) -> Any:
-        return {"family": value} if isinstance(value, str) else value
-
-    @model_validator(mode="after")
-    def _fields_fit_family(self) -> ModelSettings:
-        diffusers = self.family in DIFFUSERS_FAMILIES
-        if diffusers and not self.path:
-            raise ValueError(f"family {self.family} needs `path`: the local model directory")
-        if diffusers and not self.path.startswith("/"):  # type: ignore[union-attr]
-            raise ValueError(f"path {self.path!r} must be an absolute directory path")
-        if not diffusers and self.path is not None:
-            raise ValueError(f"family {self.family} takes no `path`")
-        if self.family == "timed" and self.seconds_per_segment is None:
-            raise ValueError("family timed needs `seconds_per_segment`")
-        if self.family != "timed" and self.seconds_per_segment is not None:
-            raise ValueError(f"family {self.family} takes no `seconds_per_segment`")
-        if not diffusers and (self.steps is not None or self.guidance is not None):
-            raise ValueError(f"family {self.family} takes no `steps` or `guidance`")
-        if not diffusers and self.lora is not None:
-            raise ValueError(f"family {self.family} takes no `lora`")
-        if self.lora and len({lora.asset for lora in self.lora}) != len(self.lora):
-            raise ValueError("each LoRA may be listed once")
-        return self
-
-
-class AudioSettings(_Strict):
-    asset: str = Field(min_length=1, max_length=1024)
-    gain_db: float = Field(default=0.0, ge=-60, le=12, allow_inf_nan=False)
-    loop: StrictBool = True
-
-    @field_validator("asset")
-    @classmethod
-    def _reference(cls, value: str) -> str:
-        return _asset_reference(value)
-
-
-class SceneSettings(_Strict):
-    start: Seconds
-    end: Seconds | None = None
-    prompt: Prompt
-
-
-class VideoSettings(_Strict):
-    """Settings a video may take from `defaults`; all optional here, required after merging."""
-
-    duration: float | None = Field(default=None, gt=0, le=MAX_DURATION_S, allow_inf_nan=False)
-    fps: StrictInt | None = Field(default=None, ge=1, le=MAX_FPS)
-    resolution: Resolution | None = None
-    seed: StrictInt | None = Field(default=None, ge=0, le=MAX_SEED)
-    negative_prompt: str | None = Field(default=None, max_length=MAX_PROMPT_CHARS)
-    model: ModelSettings | None = None
-    segment: SegmentSettings | None = None
-    renditions: list[Literal[RENDITIONS]] | None = Field(default=None, min_length=1)  # type: ignore[valid-type]
-    audio: AudioSettings | None = None
-    keyframes: Literal[KEYFRAME_LAYOUTS] | None = None  # type: ignore[valid-type]
-
-    @field_validator("audio", mode="before")
-    @classmethod
-    def _silence(cls, value: Any) -> Any:
-        return None if value == "silence" else value
-
-    @field_validator("renditions")
-    @classmethod
-    def _unique_renditions(cls, value: list[str] | None) -> list[str] | None:
-        if value is not None and len(set(value)) != len(value):
-            raise ValueError("each rendition may be listed once")
-        return value
-
-
-class VideoEntry(VideoSettings):
-    id: SafeId | None = None
-    prompt: Prompt | None = None
-    scenes: list[SceneSettings] | None = Field(default=None, min_length=1, max_length=MAX_SCENES)
-
-
-class ManifestDocument(_Strict):
-    batch: SafeId
-    # `required`: every QC-passed video waits in the review stage until approved (console.md)
-    review: Literal["required", "none"] = "none"
-    defaults: VideoSettings = VideoSettings()
-    videos: list[Any] = Field(min_length=1, max_length=MAX_VIDEOS)  # each one validated alone
-
-
-_BUILTIN_DEFAULTS: dict[str, Any] = {
-    "fps": 24,
-    "resolution": Resolution(width=1280, height=720),
-    "negative_prompt": "",
-    "model": ModelSettings(family="procedural"),
-    "segment": SegmentSettings(),  # all from the family, or the defaults
-    "renditions": list(DEFAULT_RENDITIONS),
-    "audio": None,
-    "keyframes": DEFAULT_KEYFRAMES,
-}
 _MERGED_FIELDS = tuple(VideoSettings.model_fields)
 
 
@@ -368,23 +155,8 @@ def _resolve(
     origin: dict[str, str],
 ) -> VideoSpec | None:
     here = f"videos[{index}]"
-    values: dict[str, Any] = dict(_BUILTIN_DEFAULTS)
-    for scope, path in ((document.defaults, "defaults"), (entry, here)):
-        for name in scope.model_fields_set & set(_MERGED_FIELDS):
-            values[name] = getattr(scope, name)
-            origin[name] = f"{path}.{name}"
-    start = len(problems)
-    for name in ("duration", "fps", "resolution", "model", "segment", "renditions"):
-        if values.get(name) is None:
-            problems.append(
-                FieldProblem(
-                    origin.get(name, f"{here}.{name}"),
-                    "required: set it on the video or in `defaults`",
-                )
-            )
-    if (entry.prompt is None) == (entry.scenes is None):
-        problems.append(FieldProblem(f"{here}.prompt", "give exactly one of `prompt` or `scenes`"))
-    if len(problems) > start:
+    values = _merged(document, entry, here, problems, origin)
+    if values is None:
         return None
     duration, fps = values["duration"], values["fps"]
     if frames_for(duration, fps) < 1:
@@ -432,6 +204,34 @@ def _resolve(
         content = {k: v for k, v in spec.to_dict().items() if k not in ("batch", "video_id")}
         spec = VideoSpec(**{**spec.__dict__, "video_id": derived_video_id(content)})
     return spec
+
+
+def _merged(
+    document: ManifestDocument,
+    entry: VideoEntry,
+    here: str,
+    problems: list[FieldProblem],
+    origin: dict[str, str],
+) -> dict[str, Any] | None:
+    """The video's settings: the built-in defaults, then `defaults`, then the video's own
+    (`origin` says where each came from); None, with the problems, if one is missing."""
+    values: dict[str, Any] = dict(BUILTIN_DEFAULTS)
+    for scope, path in ((document.defaults, "defaults"), (entry, here)):
+        for name in scope.model_fields_set & set(_MERGED_FIELDS):
+            values[name] = getattr(scope, name)
+            origin[name] = f"{path}.{name}"
+    start = len(problems)
+    for name in ("duration", "fps", "resolution", "model", "segment", "renditions"):
+        if values.get(name) is None:
+            problems.append(
+                FieldProblem(
+                    origin.get(name, f"{here}.{name}"),
+                    "required: set it on the video or in `defaults`",
+                )
+            )
+    if (entry.prompt is None) == (entry.scenes is None):
+        problems.append(FieldProblem(f"{here}.prompt", "give exactly one of `prompt` or `scenes`"))
+    return None if len(problems) > start else values
 
 
 def _effective_segment(
