@@ -38,7 +38,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from factory.access import Access  # noqa: E402
-from factory.app import Factory  # noqa: E402
 from factory.config import Settings  # noqa: E402
 from factory.db import migrate  # noqa: E402
 from factory.db.models import jobs as jobs_table  # noqa: E402
@@ -46,6 +45,7 @@ from factory.db.session import Database  # noqa: E402
 from factory.manifest import parse_manifest  # noqa: E402
 from factory.ops import Operations  # noqa: E402
 from factory.ops.submit import submit  # noqa: E402
+from factory.wiring import Factory  # noqa: E402
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 PG_URL = "postgresql+psycopg2://postgres@127.0.0.1:5432"
@@ -116,7 +116,7 @@ def fill(database: Database, jobs: int, batch_size: int) -> list[str]:
 def serve(settings: Settings) -> tuple[str, object, threading.Thread]:
     import uvicorn
 
-    from factory.web.app import create_app
+    from factory.web.server import create_app
     from tests.s3stand import free_port
 
     app = create_app(settings)

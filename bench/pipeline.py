@@ -31,7 +31,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from factory.app import Factory  # noqa: E402
 from factory.config import Settings  # noqa: E402
 from factory.generate import SegmentSpec  # noqa: E402
 from factory.generate.procedural import ProceduralGenerator  # noqa: E402
@@ -52,6 +51,7 @@ from factory.pipeline.runner import run_job  # noqa: E402
 from factory.plan.chunks import plan_chunks  # noqa: E402
 from factory.plan.video import video_plan  # noqa: E402
 from factory.store.file import FileStore  # noqa: E402
+from factory.wiring import Factory  # noqa: E402
 
 WIDTH, HEIGHT, FPS = 640, 360, 16
 RENDITIONS = ("master", "mobile", "compat")

@@ -29,7 +29,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from factory.app import Factory  # noqa: E402
 from factory.config import Settings  # noqa: E402
 from factory.manifest import parse_manifest  # noqa: E402
 from factory.ops.submit import submit  # noqa: E402
@@ -42,6 +41,7 @@ from factory.pipeline.mux import run_mux  # noqa: E402
 from factory.pipeline.qc import run_qc  # noqa: E402
 from factory.plan.chunks import plan_chunks  # noqa: E402
 from factory.stages import Stage  # noqa: E402
+from factory.wiring import Factory  # noqa: E402
 
 WIDTH, HEIGHT, FPS = 1280, 720, 24
 

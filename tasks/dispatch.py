@@ -77,7 +77,7 @@ class BrokerDispatcher:
 
     def __call__(self, found: list[Job]) -> None:
         if self._app is None:
-            from tasks.app import make_app
+            from tasks.celery_app import make_app
 
             self._app = make_app(self._settings)
         try:

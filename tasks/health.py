@@ -27,7 +27,7 @@ def _start_health(sender: Any = None, **_: Any) -> None:
     if sender is None:
         return
     from tasks import broker
-    from tasks.app import app
+    from tasks.celery_app import app
 
     settings = app.conf.factory_settings
     health = settings.health

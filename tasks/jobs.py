@@ -34,7 +34,7 @@ from tasks import (
     health,  # noqa: F401 - the health endpoint, once the worker is ready
     signals,  # noqa: F401 - connects the worker signal handlers
 )
-from tasks.app import app
+from tasks.celery_app import app
 from tasks.queues import ALIVE_PREFIX, GPU_SHARED
 from tasks.runtime import Runtime, runtime
 

@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 
 import redis
 
-from factory.app import Factory
 from factory.config import Settings
 from factory.db.state import JobStateMachine
 from factory.generate.memory import configure_allocator
 from factory.pipeline.claims import Claims, open_claims
 from factory.pipeline.context import StageContext
 from factory.pipeline.generate import WarmTail
+from factory.wiring import Factory
 
 
 @dataclass

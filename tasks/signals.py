@@ -23,7 +23,7 @@ _announcer: threading.Event | None = None
 
 @signals.setup_logging.connect
 def _logging(**_: Any) -> None:
-    from tasks.app import app
+    from tasks.celery_app import app
 
     logs.configure(app.conf.factory_settings.log_format)
 
@@ -98,7 +98,7 @@ def _hand_back_restored(**_: Any) -> None:
 
 
 def _move_own_queue(queue: str, url: str) -> None:
-    from tasks.app import app
+    from tasks.celery_app import app
 
     conn = broker.client(url)
     for raw, headers in list(broker.messages(conn, queue)):
@@ -114,7 +114,7 @@ def _move_own_queue(queue: str, url: str) -> None:
 
 
 def _settings() -> Settings:
-    from tasks.app import app
+    from tasks.celery_app import app
 
     return app.conf.factory_settings
 

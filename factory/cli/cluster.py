@@ -43,7 +43,7 @@ def _celery_base(settings: Settings) -> list[str]:
     if not settings.broker_url:
         raise BadInput("is not set: workers need a broker (redis://…)", field="FACTORY_BROKER_URL")
     celery = shutil.which("celery", path=os.path.dirname(sys.executable)) or "celery"
-    return [celery, "-A", "tasks.app"]
+    return [celery, "-A", "tasks.celery_app"]
 
 
 def _exec(argv: list[str], env: dict[str, str] | None = None) -> None:
@@ -166,7 +166,7 @@ def _exec_gpu_worker(
             "CUDA_VISIBLE_DEVICES": _gpu_device(settings, gpu)}  # fmt: skip
     if cuda["CUDA_VISIBLE_DEVICES"].isdigit():
         health["FACTORY_GPU_INDEX"] = cuda["CUDA_VISIBLE_DEVICES"]  # NVML's numbering
-    # Own queue first: with the broker's "priority" queue order (tasks/app.py) this
+    # Own queue first: with the broker's "priority" queue order (tasks/celery_app.py) this
     # worker takes its job's next segment before any new job from the shared queue.
     _exec([*argv, "-c", "1", "-Q", f"{queue},gpu", "-n", f"gpu{gpu}@{host}"],
           {**cuda, "FACTORY_GPU_QUEUE": queue, **health})  # fmt: skip

@@ -11,9 +11,9 @@ from rich.console import Console
 from factory.config import Settings
 
 if TYPE_CHECKING:
-    from factory.app import Factory
     from factory.job import Job
     from factory.ops import Dispatcher, Operations
+    from factory.wiring import Factory
 
 # Piped output (cron logs, scripts) gets wide tables instead of rich's 80-column default.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
@@ -25,7 +25,7 @@ def settings() -> Settings:
 
 
 def open_factory() -> Factory:
-    from factory.app import Factory
+    from factory.wiring import Factory
 
     return Factory.open(settings())
 

@@ -36,9 +36,9 @@ def forecast_command(
 ) -> None:
     """When the batch will finish on N GPUs, per video and overall; with --window, whether it
     fits (exit 3 if not) and how many GPUs would make it fit."""
-    from factory.app import Factory
     from factory.manifest import load_manifest
     from factory.ops import Operations
+    from factory.wiring import Factory
 
     parsed = load_manifest(manifest)
     ops = Operations(Factory.open(Settings.from_env()))

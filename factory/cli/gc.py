@@ -39,8 +39,8 @@ def gc(
     """Remove the intermediates (lossless segments, chunks, work media) of delivered jobs;
     keep the delivery, the QC reports and pictures. Jobs not done, or not passed by QC, are
     never touched. Afterwards such a job can only be redone with `requeue --from generate`."""
-    from factory.app import Factory
     from factory.store import open_store
+    from factory.wiring import Factory
 
     settings = Settings.from_env()
     seconds = (

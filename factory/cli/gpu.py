@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
-from factory.app import Factory
 from factory.config import Settings
 from factory.errors import BadInput
 from factory.spec import DIFFUSERS_FAMILIES, ModelChoice
+from factory.wiring import Factory
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

@@ -37,10 +37,10 @@ from factory.stages import REQUEUE_TARGETS, Stage
 from factory.store import S3Settings, open_store
 
 if TYPE_CHECKING:  # imported where a manifest is read: `factory jobs` and `status` need none
-    from factory.app import Factory
     from factory.manifest import Manifest
     from factory.ops import preflight
     from factory.ops.submit import Submitted
+    from factory.wiring import Factory
 
 try:  # typer >= 0.2x carries its own copy of click
     from typer.exceptions import TyperException as _CommandLineError

@@ -11,9 +11,9 @@ from rich.console import Console
 from rich.table import Table
 
 from factory.access import Access
-from factory.app import Factory
 from factory.config import Settings
 from factory.db.models import ROLES
+from factory.wiring import Factory
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -39,7 +39,7 @@ def serve(
     Everything but /healthz needs a token (`factory token create NAME --role ROLE`)."""
     import uvicorn
 
-    from factory.web.app import create_app
+    from factory.web.server import create_app
 
     settings = Settings.from_env()
     application = create_app(settings)

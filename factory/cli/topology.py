@@ -14,7 +14,6 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from factory.app import Factory
 from factory.cli.gpu import gpu_app
 from factory.config import Settings
 from factory.errors import BadInput
@@ -22,6 +21,7 @@ from factory.gpu.pool import Child, GpuPool
 from factory.gpu.registry import GpuNode, GpuRegistry, Placement, place_on
 from factory.gpu.topology import Topology, TopologyError, parse_topology, probe
 from factory.infra import logs
+from factory.wiring import Factory
 
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 err = Console(stderr=True, highlight=False, soft_wrap=True)

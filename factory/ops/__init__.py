@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import func, select, tuple_
 
-from factory.app import Factory
 from factory.db.models import batches, jobs
 from factory.errors import BadInput
 from factory.infra.alerts import after_terminal, open_alerter
@@ -52,6 +51,7 @@ from factory.plan.redo import RedoPlan, parse_range, plan_redo
 from factory.spec import VideoSpec
 from factory.stages import Stage
 from factory.store import open_store
+from factory.wiring import Factory
 
 if TYPE_CHECKING:  # manifests, preflight and submit are imported where a manifest is read
     from factory.config import Settings

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import redis
 
-from factory.app import Factory
 from factory.config import Settings
 from factory.db import migrate
 from factory.db.session import Database
 from factory.job import Job
+from factory.wiring import Factory
 from tests.conftest import REPO, run_cli, worker_redis
 
 BROKER = worker_redis(os.environ.get("FACTORY_TEST_BROKER_URL", "redis://127.0.0.1:6379/12"))

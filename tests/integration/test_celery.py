@@ -112,7 +112,7 @@ def test_a_duplicate_segment_message_is_not_recomputed(cluster: Cluster, tmp_pat
     machine = cluster.factory().jobs
     running = machine.get(job_id)
     # Re-deliver the message of the segment being made now (it claimed with attempt - 1).
-    from tasks.app import app
+    from tasks.celery_app import app
     from tasks.dispatch import headers
 
     app.conf.broker_url = BROKER

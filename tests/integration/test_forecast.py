@@ -7,8 +7,8 @@ import statistics
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from factory.app import Factory
 from factory.config import Settings
+from factory.wiring import Factory
 from tests.conftest import embedded_env, run_cli_here
 
 

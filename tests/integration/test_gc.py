@@ -17,7 +17,6 @@ from typing import Any
 
 import pytest
 
-from factory.app import Factory
 from factory.config import Settings
 from factory.db import migrate
 from factory.db.session import Database
@@ -32,6 +31,7 @@ from factory.pipeline.generate import run_generate
 from factory.pipeline.runner import run_job
 from factory.stages import Stage
 from factory.store import Store, open_store
+from factory.wiring import Factory
 from tests.conftest import REPO, manifest_text, run_cli_here
 from tests.conftest import embedded_env as home_env
 

@@ -78,7 +78,6 @@ from hypothesis.stateful import (
 )
 
 from factory.access import Access
-from factory.app import Factory
 from factory.cli.describe import next_step  # what `factory status` prints as "next"
 from factory.config import Settings
 from factory.errors import FactoryError
@@ -91,6 +90,7 @@ from factory.ops.submit import submit
 from factory.stages import ACTIVE, Stage, order
 from factory.store import keys, open_store
 from factory.store.file import FileStore
+from factory.wiring import Factory
 from tests.conftest import REPO, embedded_env
 
 # --- the batch: 7 s at 12 fps, 64x64: 84 frames in 4 segments (24 + 3 x 20 new frames),

@@ -13,12 +13,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 from factory.access import Access
-from factory.app import Factory
 from factory.config import Settings
 from factory.errors import BadInput
 from factory.job import Job
 from factory.ops import Operations
 from factory.stages import Stage
+from factory.wiring import Factory
 from tests.conftest import HomeSnapshot, embedded_env, run_cli_here
 from tests.s3stand import free_port
 
@@ -113,7 +113,7 @@ def test_a_redo_takes_a_given_seed_and_refuses_a_seed_with_new_seed(delivered_ho
 def test_a_server_whose_broker_is_away_keeps_the_action(tmp_path: Path, caplog) -> None:
     """The API's requeue with the broker down: recorded (the sweeper sends it later), logged,
     and answered as done, as `factory requeue` does (before, the web side had no such rule)."""
-    from factory.web.app import create_app
+    from factory.web.server import create_app
 
     home = tmp_path / "home"
     ops = operations(home)
@@ -139,7 +139,7 @@ def test_a_server_whose_broker_is_away_keeps_the_action(tmp_path: Path, caplog) 
 
 def test_factory_status_json_is_the_api_s_job(delivered_home) -> None:
     """One job view: the CLI's `status --json` and the API's job are the same document."""
-    from factory.web.app import create_app
+    from factory.web.server import create_app
 
     home = delivered_home.restore()
     env = embedded_env(home)

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from factory.app import Factory
 from factory.config import Settings
 from factory.errors import MediaError, NoSuchJob
 from factory.infra.confinement import Confinement
@@ -35,6 +34,7 @@ from factory.plan.video import video_plan
 from factory.stages import Stage
 from factory.store import keys
 from factory.store.file import FileStore
+from factory.wiring import Factory
 from tests.conftest import REPO, run_cli_here
 from tests.conftest import embedded_env as home_env
 

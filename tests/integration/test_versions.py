@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from factory.app import Factory
 from factory.config import Settings
 from factory.errors import InvalidOperation
 from factory.ops import Operations
 from factory.stages import Stage
 from factory.store import keys
+from factory.wiring import Factory
 from tests.conftest import HomeSnapshot, run_cli_here
 from tests.integration.test_pipeline import home_env
 

@@ -19,7 +19,7 @@ from factory.pipeline.generate import generate_segment
 from factory.plan.video import scene_change, video_plan
 from factory.qc.seams import WINDOW, score_seam
 from factory.store import keys
-from tasks.app import app
+from tasks.celery_app import app
 from tasks.dispatch import send_segment
 from tests.integration.cluster import BROKER, Cluster
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from tests.conftest import REPO
 
 LAYERED = ("factory", "tasks")
-COMPOSITION_ROOTS = ("factory.cli", "factory.web.app")
+COMPOSITION_ROOTS = ("factory.cli", "factory.web.server")
 # What the interfaces may use besides the operations layer: errors, settings, the stage
 # names and the job's record are the vocabulary every layer shares.
 SHARED = {
@@ -37,11 +37,11 @@ KNOWN: dict[str, set[str]] = {
         "factory.gpu.topology",
         "factory.infra.redact",
     },
-    "factory.cli.common": {"factory.app"},
-    "factory.cli.forecast": {"factory.app", "factory.manifest"},
-    "factory.cli.gc": {"factory.app", "factory.store"},
+    "factory.cli.common": {"factory.wiring"},
+    "factory.cli.forecast": {"factory.wiring", "factory.manifest"},
+    "factory.cli.gc": {"factory.wiring", "factory.store"},
     "factory.cli.gpu": {
-        "factory.app",
+        "factory.wiring",
         "factory.generate.memory_plan",
         "factory.gpu.report",
         "factory.manifest",
@@ -59,9 +59,9 @@ KNOWN: dict[str, set[str]] = {
     "factory.cli.qc": {"factory.qc.check_file"},
     "factory.cli.redo": {"factory.plan.redo"},
     "factory.cli.schema": {"factory.db", "factory.db.migrate", "factory.db.session"},
-    "factory.cli.serve": {"factory.access", "factory.app", "factory.db.models"},
+    "factory.cli.serve": {"factory.access", "factory.wiring", "factory.db.models"},
     "factory.cli.topology": {
-        "factory.app",
+        "factory.wiring",
         "factory.gpu.pool",
         "factory.gpu.registry",
         "factory.gpu.topology",
@@ -69,7 +69,7 @@ KNOWN: dict[str, set[str]] = {
         "factory.infra.logs",
     },
     "factory.web.api": {"factory.access"},
-    "factory.web.app": {"factory.access", "factory.app", "factory.store"},
+    "factory.web.server": {"factory.access", "factory.wiring", "factory.store"},
     "factory.web.auth": {"factory.access"},
     "factory.web.console": {
         "factory.access",

@@ -7,7 +7,7 @@ from factory.config import Settings
 
 
 def test_sweeps_have_their_own_queue_and_expire():
-    from tasks.app import make_app
+    from tasks.celery_app import make_app
 
     app = make_app(Settings.from_env({"FACTORY_BROKER_URL": "redis://127.0.0.1:1/0",
                                       "FACTORY_SWEEP_EVERY": "30"}))  # fmt: skip

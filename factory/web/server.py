@@ -21,7 +21,6 @@ from uvicorn.middleware.proxy_headers import ProxyHeadersMiddleware
 
 from factory import __version__
 from factory.access import Access
-from factory.app import Factory
 from factory.config import Settings
 from factory.errors import BadInput, FactoryError, InvalidOperation, ManifestError, NoSuchJob
 from factory.job import Job
@@ -33,6 +32,7 @@ from factory.web.guard import Guard, SecurityHeaders
 from factory.web.live import LiveHub
 from factory.web.media import Thumbnails
 from factory.web.runner import LocalRunner
+from factory.wiring import Factory
 
 HERE = Path(__file__).parent
 log = logging.getLogger("factory.web")
