@@ -1,5 +1,5 @@
 """`factory redo JOB --range 1:10-1:20`: make a time range of a delivered video again and
-deliver it as a new version (factory/redo.py says how; docs/jobs.md, "Redo")."""
+deliver it as a new version (factory/plan/redo.py says how; docs/jobs.md, "Redo")."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""An operator's redo of a time range of a delivered job (factory/redo.py): started (the job
+"""An operator's redo of a time range of a delivered job (factory/plan/redo.py): started (the job
 goes back to `generate` for the plan's segments, fenced like requeue), and discarded when
 it will not be delivered (rejected in review, cancelled, or dropped after it failed): the
 job is `done` again at the version it had.
@@ -23,7 +23,7 @@ from factory.stages import Action, Stage
 class RedoActions(MachineCore):
     """An operator's redo of a delivered job: started, and discarded."""
 
-    # --- redo a time range of a delivered job (factory/redo.py) -----------------------
+    # --- redo a time range of a delivered job (factory/plan/redo.py) -----------------------
 
     def start_redo(
         self, job_id: str, *, plan: dict[str, Any], seed: int | None, prompt: str | None,

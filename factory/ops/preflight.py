@@ -8,7 +8,7 @@ checked, and files named beside the manifest are put into the store.
 - A store key, an `s3://` URL or a `file://` URL must exist now; a store that cannot be
   reached is an error of its own (exit 1), never a silent pass.
 - An asset or model directory outside what the operator allows (FACTORY_ASSET_ROOTS,
-  FACTORY_MODEL_ROOTS, FACTORY_ASSET_BUCKETS; factory/confinement.py) is refused before
+  FACTORY_MODEL_ROOTS, FACTORY_ASSET_BUCKETS; factory/infra/confinement.py) is refused before
   anything is looked at.
 - A model directory visible from this host must be a diffusers folder with every component
   its family needs. One that is not visible here (the submitting host is not a GPU node) is a
