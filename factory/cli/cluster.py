@@ -19,6 +19,8 @@ from rich.console import Console, Group
 from rich.live import Live
 from rich.table import Table
 
+from factory.cli import common
+from factory.cli.common import err
 from factory.config import Settings
 from factory.errors import BadInput
 from factory.infra.redact import redact, register_secrets
@@ -27,8 +29,6 @@ from factory.stages import Stage
 
 if TYPE_CHECKING:
     from factory.ops import Operations
-
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -110,7 +110,7 @@ def worker(
         raise BadInput("give exactly one of --gpu N, --gpus auto or --cpu", field="worker")
     if allow_cpu:
         os.environ["FACTORY_WORKER_ALLOW_CPU"] = "1"  # for the workers --gpus starts, too
-    settings = Settings.from_env()
+    settings = common.settings()
     base = _celery_base(settings)
     if gpus is not None:
         if cpus:
@@ -221,7 +221,7 @@ def beat() -> None:
     Beat runs inside a one-process worker that consumes only the `control` queue, so a sweep
     is never stuck behind encodes on the CPU workers (a sweep not started within its period
     expires; the next one replaces it)."""
-    settings = Settings.from_env()
+    settings = common.settings()
     settings.home.mkdir(parents=True, exist_ok=True)
     host = socket.gethostname()
     _exec([*_celery_base(settings), "worker", "-B", "-P", "solo", "-Q", "control",
@@ -240,7 +240,7 @@ def flower(
     The password is passed to Flower in its environment (FLOWER_BASIC_AUTH), never on a
     command line, where every user of the host could read it (ps, /proc/PID/cmdline). Flower
     can shut workers down: serve it behind the TLS gateway (docs/deploy.md)."""
-    settings = Settings.from_env()
+    settings = common.settings()
     basic_auth = settings.flower_basic_auth
     user, _, password = basic_auth.partition(":")
     if not user or not password or "," in basic_auth:
@@ -258,7 +258,7 @@ def flower(
 
 def sweep() -> None:
     """Run the sweeper once, here: resume stale jobs from their recorded stage and segment."""
-    _celery_base(Settings.from_env())
+    _celery_base(common.settings())
     from tasks.jobs import sweep as sweep_task
 
     result = sweep_task()

@@ -8,13 +8,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-from factory.config import Settings
+from factory.cli import common
+from factory.cli.common import out
 from factory.ops.forecast import Forecast
-
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 
 EXIT_DOES_NOT_FIT = 3
 
@@ -38,10 +36,9 @@ def forecast_command(
     fits (exit 3 if not) and how many GPUs would make it fit."""
     from factory.manifest import load_manifest
     from factory.ops import Operations
-    from factory.wiring import Factory
 
     parsed = load_manifest(manifest)
-    ops = Operations(Factory.open(Settings.from_env()))
+    ops = Operations(common.open_factory())
     made = ops.forecast(parsed, gpus=gpus, window=window, gpu_kind=gpu_kind)
     result, needed = made.forecast, made.gpus_needed
     if as_json:

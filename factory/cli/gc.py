@@ -12,11 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from factory.config import Settings, parse_duration
+from factory.cli import common
+from factory.cli.common import err, out
+from factory.config import parse_duration
 from factory.ops.retention import JobGc, Report, collect, human_bytes
-
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def register(app: typer.Typer) -> None:
@@ -42,7 +41,7 @@ def gc(
     from factory.store import open_store
     from factory.wiring import Factory
 
-    settings = Settings.from_env()
+    settings = common.settings()
     seconds = (
         parse_duration(older_than, "--older-than")
         if older_than is not None

@@ -12,17 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
+from factory.cli import common
+from factory.cli.common import err, out
 from factory.config import Settings
 from factory.errors import BadInput
 from factory.spec import DIFFUSERS_FAMILIES, ModelChoice
 from factory.wiring import Factory
-
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 gpu_app = typer.Typer(
     help="GPU memory: plan before a batch, report after it.", no_args_is_help=True
@@ -53,7 +51,7 @@ def preload(
     from factory.ops import check_manifest, preflight
     from factory.store import open_store
 
-    settings = Settings.from_env()
+    settings = common.settings()
     checked = check_manifest(load_manifest(manifest), settings)  # a bad asset: exit 2 here too
     for warning in checked.warnings:
         err.print(f"warning: {warning}", markup=False)
@@ -273,7 +271,7 @@ def gpu_report(
     from factory.pipeline.prompts import open_embedding_cache
     from factory.store import open_store
 
-    factory = Factory.open(Settings.from_env())
+    factory = common.open_factory()
     settings = factory.settings
     from factory.gpu.report import gpu_rows
 

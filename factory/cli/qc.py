@@ -8,12 +8,11 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 
-from factory.config import Settings
+from factory.cli import common
+from factory.cli.common import out
 from factory.errors import BadInput
 
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
 FAILED_CHECK_EXIT = 3
 
 
@@ -42,7 +41,7 @@ def qc(
     from factory.qc.check_file import check_file
 
     seam_times = _seam_times(seams) if seams else None
-    limits = Settings.from_env().qc
+    limits = common.settings().qc
     document = check_file(
         video,
         reference=reference,

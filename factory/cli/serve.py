@@ -7,16 +7,12 @@ import json
 import sys
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from factory.access import Access
-from factory.config import Settings
+from factory.cli import common
+from factory.cli.common import err, out
 from factory.db.models import ROLES
-from factory.wiring import Factory
-
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 token_app = typer.Typer(
     help="Tokens for the HTTP API and the console (roles: viewer, operator, admin).",
@@ -41,7 +37,7 @@ def serve(
 
     from factory.web.server import create_app
 
-    settings = Settings.from_env()
+    settings = common.settings()
     application = create_app(settings)
     err.print(f"console and API on http://{host}:{port}/ (database {settings.database_url})")
     uvicorn.run(
@@ -55,7 +51,7 @@ def serve(
 
 
 def _access() -> Access:
-    return Access(Factory.open(Settings.from_env()).database)
+    return Access(common.open_factory().database)
 
 
 @token_app.command("create")

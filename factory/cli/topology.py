@@ -10,10 +10,12 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console, Group
+from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from factory.cli import common
+from factory.cli.common import err, out
 from factory.cli.gpu import gpu_app
 from factory.config import Settings
 from factory.errors import BadInput
@@ -22,9 +24,6 @@ from factory.gpu.registry import GpuNode, GpuRegistry, Placement, place_on
 from factory.gpu.topology import Topology, TopologyError, parse_topology, probe
 from factory.infra import logs
 from factory.wiring import Factory
-
-out = Console(highlight=False, width=None if sys.stdout.isatty() else 160)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 def register() -> None:
@@ -101,7 +100,7 @@ def topology(
     a saved output (--from) or this node now (--probe): NVLink groups, NUMA, CPUs, queues."""
     if source is not None and probe_here:
         raise BadInput("give at most one of --from and --probe", field="gpu topology")
-    settings = Settings.from_env()
+    settings = common.settings()
     if source is not None or probe_here:
         try:
             if source is None:

@@ -38,7 +38,7 @@ KNOWN: dict[str, set[str]] = {
         "factory.infra.redact",
     },
     "factory.cli.common": {"factory.wiring"},
-    "factory.cli.forecast": {"factory.wiring", "factory.manifest"},
+    "factory.cli.forecast": {"factory.manifest"},
     "factory.cli.gc": {"factory.wiring", "factory.store"},
     "factory.cli.gpu": {
         "factory.wiring",
@@ -59,7 +59,7 @@ KNOWN: dict[str, set[str]] = {
     "factory.cli.qc": {"factory.qc.check_file"},
     "factory.cli.redo": {"factory.plan.redo"},
     "factory.cli.schema": {"factory.db", "factory.db.migrate", "factory.db.session"},
-    "factory.cli.serve": {"factory.access", "factory.wiring", "factory.db.models"},
+    "factory.cli.serve": {"factory.access", "factory.db.models"},
     "factory.cli.topology": {
         "factory.wiring",
         "factory.gpu.pool",
