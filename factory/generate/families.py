@@ -115,6 +115,15 @@ def _wan_lineage(name: str, pipeline: str, **own: Any) -> Family:
                   **(shared | own))  # fmt: skip
 
 
+def _chunked_latents(name: str, pipeline: str, *, chunk_latents: int, **own: Any) -> Family:
+    """A Wan-lineage family that carries latents between segments in chunks: a segment is
+    four chunks plus an 8-frame overlap, and 5 latent frames before it are decoded again."""
+    chunk_frames = chunk_latents * 4  # Wan's VAE: a latent frame spans 4 frames
+    return _wan_lineage(name, pipeline, chunk_latents=chunk_latents, decode_context=5,
+                        segment_frames=4 * chunk_frames + 8, segment_overlap=8,
+                        **own)  # fmt: skip
+
+
 FAMILIES: dict[str, Family] = {
     "skyreels-v2-df": _wan_lineage(
         "skyreels-v2-df",
@@ -154,29 +163,23 @@ FAMILIES: dict[str, Family] = {
     # Helios: 33-frame chunks in the pipeline's own decode (each chunk decoded alone, its first
     # latent frame as one picture: the visible seam); the factory decodes continuously, where
     # the 9 latent frames of a chunk span 36 frames. Base, mid and distilled from the directory.
-    "helios": _wan_lineage(
+    "helios": _chunked_latents(
         "helios",
         "HeliosPipeline",
+        chunk_latents=9,
         default_steps=50,
         default_guidance=5.0,
-        segment_frames=4 * 36 + 8,
-        segment_overlap=8,
-        chunk_latents=9,
-        decode_context=5,
         pipelines=("HeliosPipeline", "HeliosPyramidPipeline"),
     ),
     # AnyFlow-FAR: frame-autoregressive chunks of 3 latent frames (the released partition
     # 1,3,3,3,3,3,3,2 = 81 frames); any step count, guidance distilled in.
-    "anyflow-far": _wan_lineage(
+    "anyflow-far": _chunked_latents(
         "anyflow-far",
         "AnyFlowFARPipeline",
+        chunk_latents=3,
         size_multiple=32,
         default_steps=4,
         default_guidance=1.0,
-        segment_frames=4 * 12 + 8,
-        segment_overlap=8,
-        chunk_latents=3,
-        decode_context=5,
     ),
 }
 

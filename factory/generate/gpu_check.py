@@ -138,23 +138,36 @@ def _gib(value: int | None) -> str:
     return "-" if value is None else f"{value / (1 << 30):.2f} GiB"
 
 
-def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
-    """Parse the command line and fill in the defaults (smaller ones with --tiny); gives the
-    arguments and the resolution as written."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def check_parser(description: str, out: str, resolution: str) -> argparse.ArgumentParser:
+    """The options every GPU check takes: --tiny, --device, --segments, --resolution, --out."""
+    parser = argparse.ArgumentParser(description=description.split("\n\n")[0])
     parser.add_argument("--tiny", action="store_true", help="tiny components on the CPU")
     parser.add_argument("--device", default=None)
     parser.add_argument("--segments", type=int, default=3)
+    parser.add_argument("--resolution", default=None, help=f"WIDTHxHEIGHT (default {resolution})")
+    parser.add_argument("--out", type=Path, default=Path(out))
+    return parser
+
+
+def fill_device_and_size(args: argparse.Namespace, *, tiny: str, full: str) -> str:
+    """The device (the CPU with --tiny, else CUDA) and width/height from --resolution or the
+    default for the run's size; gives the resolution as written."""
+    args.device = args.device or ("cpu" if args.tiny else "cuda")
+    resolution = args.resolution or (tiny if args.tiny else full)
+    args.width, args.height = (int(v) for v in resolution.split("x"))
+    return resolution
+
+
+def _arguments(argv: list[str] | None) -> tuple[argparse.Namespace, str]:
+    """Parse the command line and fill in the defaults (smaller ones with --tiny); gives the
+    arguments and the resolution as written."""
+    parser = check_parser(__doc__, "gpu_check.json", "832x480")
     parser.add_argument("--steps", type=int, default=10)
-    parser.add_argument("--resolution", default=None, help="WIDTHxHEIGHT (default 832x480)")
     parser.add_argument("--frames", type=int, default=None, help="frames per segment (4k+1)")
     parser.add_argument("--overlap", type=int, default=None)
     parser.add_argument("--backends", default=None, help="comma-separated; default: available")
-    parser.add_argument("--out", type=Path, default=Path("gpu_check.json"))
     args = parser.parse_args(argv)
-    args.device = args.device or ("cpu" if args.tiny else "cuda")
-    resolution = args.resolution or ("64x64" if args.tiny else "832x480")
-    args.width, args.height = (int(v) for v in resolution.split("x"))
+    resolution = fill_device_and_size(args, tiny="64x64", full="832x480")
     args.frames = args.frames or (17 if args.tiny else 33)
     args.overlap = args.overlap or (5 if args.tiny else 9)
     args.steps = 2 if args.tiny and args.steps == 10 else args.steps

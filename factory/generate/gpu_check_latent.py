@@ -15,7 +15,6 @@ import argparse
 import gc
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -187,23 +186,17 @@ def run_bare(generator: LatentGenerator, args: argparse.Namespace, frames: int) 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tiny", action="store_true", help="tiny components on the CPU")
-    parser.add_argument("--device", default=None)
+    from factory.generate.gpu_check import available_backends, check_parser, fill_device_and_size
+
+    parser = check_parser(__doc__, "gpu_check_latent.json", "640x384")
     parser.add_argument("--families", default="helios,anyflow-far")
-    parser.add_argument("--segments", type=int, default=3)
     parser.add_argument("--chunks", type=int, default=4, help="chunks per segment")
     parser.add_argument("--steps", type=int, default=None)
-    parser.add_argument("--resolution", default=None, help="WIDTHxHEIGHT (default 640x384)")
     parser.add_argument("--backends", default=None, help="Helios: comma-separated")
-    parser.add_argument("--out", type=Path, default=Path("gpu_check_latent.json"))
     args = parser.parse_args(argv)
-    args.device = args.device or ("cpu" if args.tiny else "cuda")
-    resolution = args.resolution or ("128x64" if args.tiny else "640x384")
-    args.width, args.height = (int(v) for v in resolution.split("x"))
+    resolution = fill_device_and_size(args, tiny="128x64", full="640x384")
     if args.tiny:
         args.chunks = min(args.chunks, 1)
-    from factory.generate.gpu_check import available_backends
 
     backends = args.backends.split(",") if args.backends else available_backends(args.device)
     report: dict[str, Any] = {"device": args.device, "tiny": args.tiny, "resolution": resolution,

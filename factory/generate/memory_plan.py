@@ -38,19 +38,21 @@ WAN_13B = dict(
 _XXL = dict(
     d_model=4096, d_ff=10240, d_kv=64, num_heads=64, num_layers=24, feed_forward_proj="gated-gelu"
 )
+_UMT5 = ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL))
+_WAN_VAE = ("AutoencoderKLWan", {})
 REFERENCE: dict[str, dict[str, Any]] = {
     "skyreels-v2-df": {
         "transformer": ("SkyReelsV2Transformer3DModel", WAN_13B),
-        "vae": ("AutoencoderKLWan", {}),
-        "text_encoder": ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL)),
+        "vae": _WAN_VAE,
+        "text_encoder": _UMT5,
     },
     "wan": {
         "transformer": (
             "WanVACETransformer3DModel",
             dict(WAN_13B, vace_layers=list(range(0, 30, 2)), vace_in_channels=96),
         ),
-        "vae": ("AutoencoderKLWan", {}),
-        "text_encoder": ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL)),
+        "vae": _WAN_VAE,
+        "text_encoder": _UMT5,
     },
     "ltx-video": {
         "transformer": ("LTXVideoTransformer3DModel", {}),
@@ -60,16 +62,16 @@ REFERENCE: dict[str, dict[str, Any]] = {
     # Helios is 14B (from Wan2.1-T2V-14B: the class's defaults); AnyFlow-FAR 1.3B and 14B.
     "helios": {
         "transformer": ("HeliosTransformer3DModel", {}),
-        "vae": ("AutoencoderKLWan", {}),
-        "text_encoder": ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL)),
+        "vae": _WAN_VAE,
+        "text_encoder": _UMT5,
     },
     "anyflow-far": {
         "transformer": (
             "AnyFlowFARTransformer3DModel",
             {k: v for k, v in WAN_13B.items() if k not in ("qk_norm", "rope_max_seq_len")},
         ),
-        "vae": ("AutoencoderKLWan", {}),
-        "text_encoder": ("UMT5EncoderModel", dict(vocab_size=256384, **_XXL)),
+        "vae": _WAN_VAE,
+        "text_encoder": _UMT5,
     },
 }
 # Other sizes of a family's released transformer (`factory gpu plan --size`).

@@ -24,6 +24,11 @@ def _ops(request: Request) -> Operations:
     return request.app.state.ops
 
 
+def _operator(request: Request) -> tuple[Operations, str]:
+    """The operations layer and the acting operator, for an action (403 below operator)."""
+    return _ops(request), require_api(request, "operator").principal.actor
+
+
 class RequeueBody(BaseModel):
     from_stage: Literal[tuple(s.value for s in REQUEUE_TARGETS)] | None = Field(  # type: ignore[valid-type]
         default=None, alias="from", description="Redo this stage and every later one."
@@ -145,37 +150,33 @@ async def submit(request: Request, batch: str | None = None) -> JSONResponse:
 def requeue(
     request: Request, job_id: str, body: RequeueBody = Body(default_factory=RequeueBody)
 ) -> dict[str, Any]:
-    found = require_api(request, "operator")
+    ops, actor = _operator(request)
     start = Stage(body.from_stage) if body.from_stage else None
-    job = _ops(request).requeue(job_id, from_stage=start, actor=found.principal.actor)
-    return job_summary(job)
+    return job_summary(ops.requeue(job_id, from_stage=start, actor=actor))
 
 
 @router.post("/jobs/{job_id}/cancel", summary="Stop a job at its next checkpoint")
 def cancel(
     request: Request, job_id: str, body: ReasonBody = Body(default_factory=ReasonBody)
 ) -> dict[str, Any]:
-    found = require_api(request, "operator")
-    job = _ops(request).cancel(job_id, reason=body.reason, actor=found.principal.actor)
-    return job_summary(job)
+    ops, actor = _operator(request)
+    return job_summary(ops.cancel(job_id, reason=body.reason, actor=actor))
 
 
 @router.post("/jobs/{job_id}/approve", summary="Publish a job waiting for review")
 def approve(
     request: Request, job_id: str, body: ApproveBody = Body(default_factory=ApproveBody)
 ) -> dict[str, Any]:
-    found = require_api(request, "operator")
-    job = _ops(request).approve(job_id, actor=found.principal.actor, note=body.note,
-                                attempt=body.attempt, version=body.version)  # fmt: skip
-    return job_summary(job)
+    ops, actor = _operator(request)
+    return job_summary(ops.approve(job_id, actor=actor, note=body.note, attempt=body.attempt,
+                                   version=body.version))  # fmt: skip
 
 
 @router.post("/jobs/{job_id}/reject", summary="Send a job waiting for review back, with why")
 def reject(request: Request, job_id: str, body: RejectBody) -> dict[str, Any]:
-    found = require_api(request, "operator")
-    job = _ops(request).reject(job_id, actor=found.principal.actor, reason=body.reason,
-                               attempt=body.attempt, version=body.version)  # fmt: skip
-    return job_summary(job)
+    ops, actor = _operator(request)
+    return job_summary(ops.reject(job_id, actor=actor, reason=body.reason, attempt=body.attempt,
+                                  version=body.version))  # fmt: skip
 
 
 @router.post("/jobs/{job_id}/redo", summary="Make a time range again as a new version")
@@ -183,12 +184,11 @@ def redo(request: Request, job_id: str, body: RedoBody) -> JSONResponse:
     """The plan (`dry_run`: only the plan); then the segments covering the range are made
     again, joined, the changed chunks encoded, QC'd and delivered as the next version. With a
     broker the workers do it; embedded, this server does, in the background (202)."""
-    found = require_api(request, "operator")
-    ops = _ops(request)
+    ops, actor = _operator(request)
     if body.dry_run:
         _, plan = ops.redo_plan(job_id, range_text=body.range, cascade=body.cascade)
         return JSONResponse({"plan": plan.to_dict()})
-    plan, job = ops.redo(job_id, range_text=body.range, actor=found.principal.actor,
+    plan, job = ops.redo(job_id, range_text=body.range, actor=actor,
                          seed=body.seed, prompt=body.prompt, reason=body.reason,
                          cascade=body.cascade)  # fmt: skip
     return JSONResponse({"plan": plan.to_dict(), "job": job_summary(job),
