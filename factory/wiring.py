@@ -1,4 +1,5 @@
-"""Wiring: settings in, the database, the state machine and the submit tokens out."""
+"""Wiring: settings in, the database, the state machine (with the webhook alerts following
+it) and the submit tokens out."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from factory.config import Settings
 from factory.db.migrate import ensure_schema
 from factory.db.session import Database
 from factory.db.state import JobStateMachine
+from factory.infra import alerts
 
 if TYPE_CHECKING:
     from factory.infra.idempotency import SubmitTokens
@@ -36,7 +38,9 @@ class Factory:
             from factory.infra.idempotency import SubmitTokens
 
             tokens = SubmitTokens(settings.redis_url, settings.submit_token_ttl)
-        return cls(settings, database, JobStateMachine(database), tokens)
+        machine = JobStateMachine(database)
+        alerts.watch(machine, settings.webhook)
+        return cls(settings, database, machine, tokens)
 
     def close(self) -> None:
         self.database.dispose()

@@ -13,7 +13,6 @@ from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
 from factory.errors import PermanentError, RetryableError, StaleAttempt
-from factory.infra.alerts import after_terminal
 from factory.infra.heartbeat import Heartbeat
 from factory.job import Job
 from factory.pipeline.chunk_qc import measure_chunk
@@ -136,7 +135,6 @@ def cpu_stage(self, job_id: str, stage_name: str, attempt: int | None = None) ->
         job = rt.machine.claim(job_id, seen_attempt=job.attempt, worker=rt.worker)
         with _heartbeat(rt, job):
             job = CPU_STAGE_FUNCTIONS[stage](rt.ctx, job)
-        after_terminal(rt.ctx.alerts, job)  # done: the batch may be complete
     except StaleAttempt as exc:
         self.request.chain = None
         log.info("stage.stopped", extra={"job_id": job_id, "reason": exc.reason})
@@ -185,7 +183,6 @@ def sweep() -> dict[str, list[str]]:
         dispatch.dispatch(app, job)
     for job in failed:
         log.error("sweep.gave_up", extra={"job_id": job.job_id})
-        after_terminal(rt.ctx.alerts, job)
     return {"resumed": [j.job_id for j in claimed], "failed": [j.job_id for j in failed]}
 
 
@@ -251,7 +248,6 @@ def _interrupt(job_id: str, attempt: int, exc: Exception) -> None:
     if job.stage is Stage.FAILED:
         message = (job.last_error or {}).get("message", "")
         log.error("job.failed", extra={"job_id": job_id, "kind": "NoProgress", "error": message})
-        after_terminal(rt.ctx.alerts, job)
 
 
 def _fail(job_id: str, attempt: int, exc: Exception, internal: bool = False) -> None:
@@ -260,5 +256,4 @@ def _fail(job_id: str, attempt: int, exc: Exception, internal: bool = False) -> 
     message = f"{type(exc).__name__}: {exc}" if internal else str(exc)
     log.error("job.failed", extra={"job_id": job_id, "kind": kind, "error": message})
     with contextlib.suppress(StaleAttempt):
-        job = rt.machine.fail(job_id, attempt=attempt, kind=kind, message=message[:4000])
-        after_terminal(rt.ctx.alerts, job)
+        rt.machine.fail(job_id, attempt=attempt, kind=kind, message=message[:4000])

@@ -30,11 +30,12 @@ from factory.cli import serve as cli_serve
 from factory.cli import topology as cli_topology
 from factory.cli.common import err, out
 from factory.cli.runview import RunDisplay, summary_table
+from factory.config import S3Settings
 from factory.errors import BadInput, FactoryError
 from factory.ops import check_manifest, event_dict, job_summary, local_actor
 from factory.ops.retention import gc_note
 from factory.stages import REQUEUE_TARGETS, Stage
-from factory.store import S3Settings, open_store
+from factory.store import open_store
 
 if TYPE_CHECKING:  # imported where a manifest is read: `factory jobs` and `status` need none
     from factory.manifest import Manifest

@@ -32,6 +32,14 @@ class MachineCore:
     def __init__(self, database: Database, clock: Clock | None = None) -> None:
         self.database = database
         self.clock = clock
+        self._settled_listeners: list[Callable[[Job], None]] = []
+
+    def on_settled(self, listener: Callable[[Job], None]) -> None:
+        """Call `listener` with the job, once committed, each time a write of this machine
+        moves a job to done, failed or cancelled, or parks it in review (the alerts: a
+        failure, a batch complete, a batch waiting for review). Whoever made the move
+        (a worker, the sweeper, an operator) does not have to remember it."""
+        self._settled_listeners.append(listener)
 
     def now(self, conn: Connection) -> datetime:
         if self.clock is not None:
@@ -53,6 +61,14 @@ class MachineCore:
             return self.now(conn)
 
     # --- internals --------------------------------------------------------------------
+
+    def _settled(self, conn: Connection, job: Job) -> Job:
+        """`job` as this transaction leaves it; if that is terminal or parked, the listeners
+        hear of it after the commit."""
+        if self._settled_listeners and (job.stage.is_terminal or job.stage.is_parked):
+            for listener in self._settled_listeners:
+                self.database.after_commit(conn, lambda listener=listener: listener(job))
+        return job
 
     def _read(self, conn: Connection, job_id: str, *, lock: bool = False) -> Job:
         query = select(jobs).where(jobs.c.job_id == job_id)

@@ -109,4 +109,4 @@ class Delivery(MachineCore):
                             {"version": version})  # fmt: skip
             self._event(conn, job_id, Stage.DONE, "advanced", attempt, job.trace_id,
                         {"from": job.stage.value, "version": version})  # fmt: skip
-            return self._read(conn, job_id)
+            return self._settled(conn, self._read(conn, job_id))

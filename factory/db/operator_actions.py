@@ -141,7 +141,7 @@ class OperatorActions(RedoActions):
                 job.trace_id,
                 {"from": job.stage.value, "reason": reason, **_by(actor)},
             )
-            return self._read(conn, job_id)
+            return self._settled(conn, self._read(conn, job_id))
 
     def requeue(self, job_id: str, *, from_stage: Stage | None = None, actor: str = "") -> Job:
         """Put the job back to work.
@@ -215,38 +215,7 @@ class OperatorActions(RedoActions):
 
     # --- review (a batch with `review: required`) -------------------------------------
 
-    def approve(
-        self,
-        job_id: str,
-        *,
-        actor: str,
-        note: str = "",
-        attempt: int | None = None,
-        version: int | None = None,
-    ) -> Job:
-        """A job waiting for review goes on to delivery (unclaimed: whoever dispatches it, or
-        the sweeper after FACTORY_STALE_AFTER, runs the deliver stage)."""
-        return self._decide(job_id, actor=actor, approved=True, text=note, attempt=attempt,
-                            version=version)  # fmt: skip
-
-    def reject(
-        self,
-        job_id: str,
-        *,
-        actor: str,
-        reason: str,
-        attempt: int | None = None,
-        version: int | None = None,
-    ) -> Job:
-        """Send a job waiting for review back: `failed` in review, with the reason as its error
-        (`factory status` shows it); `requeue --from STAGE` makes it again, plain `requeue`
-        puts the same files up for review again."""
-        if not reason.strip():
-            raise BadInput("say why the video is sent back", field="reason")
-        return self._decide(job_id, actor=actor, approved=False, text=reason.strip(),
-                            attempt=attempt, version=version)  # fmt: skip
-
-    def _decide(
+    def decide(
         self,
         job_id: str,
         *,
@@ -256,6 +225,15 @@ class OperatorActions(RedoActions):
         attempt: int | None = None,
         version: int | None = None,
     ) -> Job:
+        """A reviewer's decision on a job waiting for review. Approved: it goes on to delivery
+        (unclaimed: whoever dispatches it, or the sweeper after FACTORY_STALE_AFTER, runs the
+        deliver stage); `text` is the note. Rejected: `failed` in review with `text`, the
+        reason, as its error (`factory status` shows it); `requeue --from STAGE` makes it
+        again, plain `requeue` puts the same files up for review again."""
+        if not approved:
+            text = text.strip()
+            if not text:
+                raise BadInput("say why the video is sent back", field="reason")
         verb = "approved" if approved else "rejected"
         with self.database.transaction() as conn:
             job = self._read(conn, job_id, lock=True)
@@ -315,7 +293,7 @@ class OperatorActions(RedoActions):
             detail = {"from": Stage.REVIEW.value, **_by(actor)}
             detail["note" if approved else "reason"] = text
             self._event(conn, job_id, target, verb, job.attempt + 1, job.trace_id, detail)
-            return self._read(conn, job_id)
+            return self._settled(conn, self._read(conn, job_id))
 
 
 def _what_is_in_review(job: Job, candidate: int) -> str:

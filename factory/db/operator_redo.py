@@ -153,7 +153,7 @@ class RedoActions(MachineCore):
                         {"from": job.stage.value, "reason": why, **_by(actor)})  # fmt: skip
         self._event(conn, job.job_id, Stage.DONE, "redo.discarded", job.attempt + 1,
                     job.trace_id, detail)  # fmt: skip
-        return self._read(conn, job.job_id)
+        return self._settled(conn, self._read(conn, job.job_id))
 
 
 # Progress keys a redo replaces and a discarded redo puts back as they were before it.

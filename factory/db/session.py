@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -12,6 +12,8 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import InternalError, OperationalError
 
 from factory.errors import RetryableError
+
+_AFTER_COMMIT = "factory.after_commit"
 
 
 class Database:
@@ -30,14 +32,29 @@ class Database:
 
     @contextmanager
     def transaction(self) -> Iterator[Connection]:
-        """A connection in a transaction: committed on success, rolled back on any error."""
+        """A connection in a transaction: committed on success, rolled back on any error.
+        What `after_commit` queued on it runs once the commit is done, never after a
+        rollback."""
+        queued: list[Callable[[], None]] = []
         try:
             with self.engine.begin() as conn:
-                yield conn
+                conn.info[_AFTER_COMMIT] = queued
+                try:
+                    yield conn
+                finally:
+                    conn.info.pop(_AFTER_COMMIT, None)
         except (OperationalError, InternalError) as exc:
             # InternalError: e.g. a read-only transaction during a failover, a session the
             # server ended (idle_in_transaction_session_timeout): the next try may work.
             raise RetryableError(f"database unavailable: {_first_line(exc)}") from exc
+        for then in queued:
+            then()
+
+    @staticmethod
+    def after_commit(conn: Connection, then: Callable[[], None]) -> None:
+        """Run `then` when the transaction `conn` belongs to has committed (what others may
+        act on, such as an alert that reads the batch on another connection)."""
+        conn.info[_AFTER_COMMIT].append(then)
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:

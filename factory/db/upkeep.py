@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Connection, func, select, tuple_, update
+from sqlalchemy import Column, Connection, func, select, tuple_, update
 
 from factory.db.core import MachineCore
 from factory.db.models import batches, jobs
@@ -106,7 +106,7 @@ class Upkeep(MachineCore):
         )  # fmt: skip
         self._event(conn, job.job_id, Stage.FAILED, "failed", job.attempt + 1, job.trace_id,
                     {"from": job.stage.value, "kind": "Abandoned", "message": message})  # fmt: skip
-        return self._read(conn, job.job_id)
+        return self._settled(conn, self._read(conn, job.job_id))
 
     # --- retention (`factory gc`) -----------------------------------------------------
 
@@ -143,22 +143,19 @@ class Upkeep(MachineCore):
 
     def mark_batch_notified(self, batch: str) -> bool:
         """Compare-and-set of `batches.notified_at`: True for the one caller that sets it."""
-        with self.database.transaction() as conn:
-            done = conn.execute(
-                update(batches)
-                .where(batches.c.batch == batch, batches.c.notified_at.is_(None))
-                .values(notified_at=self.now(conn))
-            )
-            return done.rowcount == 1
+        return self._first_to_mark(batch, batches.c.notified_at)
 
     def mark_review_notified(self, batch: str) -> bool:
         """Compare-and-set of `batches.review_notified_at`: True for the one caller that sets
         it; cleared again when a job of the batch is approved or sent back, so the next wait
         is announced too."""
+        return self._first_to_mark(batch, batches.c.review_notified_at)
+
+    def _first_to_mark(self, batch: str, column: Column[Any]) -> bool:
         with self.database.transaction() as conn:
             done = conn.execute(
                 update(batches)
-                .where(batches.c.batch == batch, batches.c.review_notified_at.is_(None))
-                .values(review_notified_at=self.now(conn))
+                .where(batches.c.batch == batch, column.is_(None))
+                .values({column.name: self.now(conn)})
             )
             return done.rowcount == 1

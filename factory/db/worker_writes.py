@@ -87,7 +87,7 @@ class WorkerWrites(MachineCore):
                 job.trace_id,
                 {"from": job.stage.value, **(detail or {})},
             )
-            return self._read(conn, job_id)
+            return self._settled(conn, self._read(conn, job_id))
 
     def checkpoint(
         self,
@@ -250,7 +250,7 @@ class WorkerWrites(MachineCore):
             {"from": job.stage.value, "kind": kind, "message": message, **detail},
             at=now,
         )
-        return self._read(conn, job.job_id)
+        return self._settled(conn, self._read(conn, job.job_id))
 
     def release(self, job_id: str, *, attempt: int, reason: str) -> Job:
         """The holder hands the job back (a worker shutting down): no one holds it now."""

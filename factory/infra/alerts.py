@@ -9,6 +9,11 @@ Connection errors, timeouts, 429 and 5xx are retried with backoff (FACTORY_WEBHO
 5; FACTORY_WEBHOOK_BACKOFF, 1 s doubling); an alert that still cannot be delivered is
 logged, never raised: alerts never fail a job. Payloads pass through factory/infra/redact.py.
 
+The alerts hang on one hook: `watch` (called by factory/wiring.py for every process that
+opens the factory) makes the Alerter a listener of the state machine, which calls it once
+for each write that settles a job (done, failed, cancelled, parked in review), after the
+commit. Workers, the sweeper and operators settle jobs; none of them calls the alerts.
+
 A batch's completion alert goes out once: the first process to see every job of the batch
 terminal marks `batches.notified_at` (a compare-and-set) and sends it.
 """
@@ -22,16 +27,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from factory.config.webhook import WebhookSettings
 from factory.db.state import JobStateMachine
-from factory.infra.alerts_settings import WebhookSettings
 from factory.infra.redact import redact_value, register_secrets
 from factory.job import Job
 from factory.stages import Stage
-
-if TYPE_CHECKING:
-    from factory.config import Settings
 
 log = logging.getLogger("factory.alerts")
 
@@ -57,6 +59,20 @@ class Alerter:
         register_secrets([settings.token])
 
     # --- what is sent --------------------------------------------------------------------
+
+    def job_settled(self, job: Job) -> None:
+        """What follows a job reaching done, failed or cancelled: its failure alert, and the
+        batch's summary if it was the last one; a job parked in review: the batch's wait for
+        review once nothing else of it is running. Never raises: alerts never fail a job."""
+        try:
+            if job.stage is Stage.REVIEW:
+                self.review_waiting_if_ready(job.batch)
+                return
+            if job.stage is Stage.FAILED:
+                self.job_failed(job)
+            self.batch_done_if_complete(job.batch)
+        except Exception as error:  # the database is away: the alert waits for the next job
+            log.warning("alert.skipped", extra={"job_id": job.job_id, "error": str(error)})
 
     def job_failed(self, job: Job) -> bool:
         error = job.last_error or {}
@@ -187,22 +203,11 @@ def batch_summary(
     }
 
 
-def after_terminal(alerts: Alerter | None, job: Job) -> None:
-    """What follows a job reaching done, failed or cancelled: its failure alert, and the
-    batch's summary if it was the last one; a job parked in review: the batch's wait for
-    review once nothing else of it is running. Never raises."""
-    if alerts is None or not (job.stage.is_terminal or job.stage.is_parked):
-        return
-    try:
-        if job.stage is Stage.REVIEW:
-            alerts.review_waiting_if_ready(job.batch)
-            return
-        if job.stage is Stage.FAILED:
-            alerts.job_failed(job)
-        alerts.batch_done_if_complete(job.batch)
-    except Exception as error:  # the database is away: the alert waits for the next job
-        log.warning("alert.skipped", extra={"job_id": job.job_id, "error": str(error)})
-
-
-def open_alerter(settings: Settings, machine: JobStateMachine) -> Alerter | None:
-    return Alerter(settings.webhook, machine) if settings.webhook.url else None
+def watch(machine: JobStateMachine, settings: WebhookSettings) -> Alerter | None:
+    """With a webhook set, the alerts follow `machine`: every job it settles (done, failed,
+    cancelled, parked in review), once, after the commit, whoever settled it."""
+    if not settings.url:
+        return None
+    alerter = Alerter(settings, machine)
+    machine.on_settled(alerter.job_settled)
+    return alerter

@@ -26,18 +26,8 @@ from sqlalchemy import func, select, tuple_
 
 from factory.db.models import batches, jobs
 from factory.errors import BadInput
-from factory.infra.alerts import after_terminal, open_alerter
 from factory.job import Event, Job
-from factory.ops.forecast import (
-    CPU_SECONDS_PER_VIDEO_SECOND,
-    History,
-    forecast,
-    gpus_needed,
-    makespan,
-    parse_window,
-    segment_estimate,
-    time_left,
-)
+from factory.ops import forecast as forecasting
 from factory.ops.paging import PAST_GENERATION, decode_cursor, encode_cursor, progress_number
 from factory.ops.views import (
     BatchForecast,
@@ -79,7 +69,7 @@ class Operations:
         self.machine = factory.jobs
         self.settings = factory.settings
         self._dispatcher = dispatcher
-        self._history: tuple[float, History] | None = None
+        self._history: tuple[float, forecasting.History] | None = None
         self._etas: dict[tuple[str | None, int | None], tuple[float, datetime | None]] = {}
         self._history_lock = threading.Lock()
 
@@ -197,7 +187,7 @@ class Operations:
             # Arithmetic only: the stored spec is read without the workers' re-validation.
             left = self._seconds_left([(j, VideoSpec.from_dict(s), p) for j, s, p in rows])
             working = max(1, gpus or self.settings.console.gpus)
-            found = clock + timedelta(seconds=makespan(list(left.values()), working))
+            found = clock + timedelta(seconds=forecasting.makespan(list(left.values()), working))
         with self._history_lock:
             self._etas[key] = (now, found)
         return found
@@ -223,16 +213,16 @@ class Operations:
     ) -> BatchForecast:
         """When a manifest's batch would finish on `gpus` GPUs from recorded timings; with a
         window, whether it fits and, if not, how many GPUs would make it."""
-        history = History.load(self.factory.database)
+        history = forecasting.History.load(self.factory.database)
         now = datetime.now().astimezone()
-        start, end = parse_window(window, now) if window else (now, None)
+        start, end = forecasting.parse_window(window, now) if window else (now, None)
         videos = list(parsed.videos)
-        result = forecast(
+        result = forecasting.forecast(
             videos, history, gpus=gpus, start=start, window_end=end, gpu_kind=gpu_kind
         )
         needed = None
         if end is not None and not result.fits:
-            needed = gpus_needed(videos, history, start, end, gpu_kind)
+            needed = forecasting.gpus_needed(videos, history, start, end, gpu_kind)
         return BatchForecast(result, needed, len(history.samples))
 
     def redo_plan(self, job_id: str, *, range_text: str, cascade: bool) -> tuple[Job, RedoPlan]:
@@ -346,7 +336,6 @@ class Operations:
 
     def cancel(self, job_id: str, *, reason: str, actor: str) -> Job:
         job = self.machine.cancel(job_id, reason=reason, actor=actor)
-        after_terminal(open_alerter(self.settings, self.machine), job)
         return job
 
     def approve(
@@ -362,8 +351,8 @@ class Operations:
         the embedded server's runner (`factory serve` injects it), or here and now (the CLI).
         `attempt` and `version` are what the reviewer saw (`JobView.review_candidate`); the
         decision is refused if the job in review is no longer that."""
-        job = self.machine.approve(job_id, actor=actor, note=note, attempt=attempt,
-                                   version=version)  # fmt: skip
+        job = self.machine.decide(job_id, actor=actor, approved=True, text=note, attempt=attempt,
+                                  version=version)  # fmt: skip
         if not self.in_process:
             self._send([job])
             return job
@@ -380,9 +369,8 @@ class Operations:
     ) -> Job:
         """Sent back: a first version fails in review; a redo is dropped and the job is done
         again at the version it had."""
-        job = self.machine.reject(job_id, actor=actor, reason=reason, attempt=attempt,
-                                  version=version)  # fmt: skip
-        after_terminal(open_alerter(self.settings, self.machine), job)
+        job = self.machine.decide(job_id, actor=actor, approved=False, text=reason,
+                                  attempt=attempt, version=version)  # fmt: skip
         return job
 
     # --- internals -----------------------------------------------------------------
@@ -397,25 +385,26 @@ class Operations:
         self, open_jobs: list[tuple[str, VideoSpec, dict[str, Any]]]
     ) -> dict[str, float]:
         history = self._recent_history()
-        cpu_rate = history.cpu_seconds_per_video_second or CPU_SECONDS_PER_VIDEO_SECOND
+        cpu_rate = history.cpu_seconds_per_video_second or forecasting.CPU_SECONDS_PER_VIDEO_SECOND
         paces = self.machine.segment_seconds(job_id for job_id, _, _ in open_jobs)
         per_shape: dict[tuple[Any, ...], float] = {}
         left = {}
         for job_id, video, progress in open_jobs:
             shape = (video.model, video.width, video.height, video.segment_frames)
             if shape not in per_shape:
-                per_shape[shape] = segment_estimate(
+                per_shape[shape] = forecasting.segment_estimate(
                     history, video, video.segment_frames, None
                 ).seconds
-            left[job_id] = time_left(video, progress, paces.get(job_id), per_shape[shape],
-                                     cpu_rate)  # fmt: skip
+            left[job_id] = forecasting.time_left(
+                video, progress, paces.get(job_id), per_shape[shape], cpu_rate
+            )
         return left
 
-    def _recent_history(self) -> History:
+    def _recent_history(self) -> forecasting.History:
         with self._history_lock:
             now = time.monotonic()
             if self._history is None or now - self._history[0] > HISTORY_SECONDS:
-                self._history = (now, History.load(self.factory.database))
+                self._history = (now, forecasting.History.load(self.factory.database))
             return self._history[1]
 
     def _qc_checks(self, job: Job) -> dict[str, list[dict[str, Any]]]:

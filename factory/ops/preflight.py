@@ -27,13 +27,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from factory.config.s3 import S3Settings
 from factory.errors import BadInput, FactoryError, FieldProblem, ManifestError, RetryableError
 from factory.generate.families import FAMILIES
 from factory.infra.confinement import Confinement
 from factory.manifest import Manifest, is_local_path
 from factory.spec import AudioChoice, LoraChoice, VideoSpec
 from factory.store.base import Store
-from factory.store.s3_settings import S3Settings
 
 CONTENT_PREFIX = "assets/sha256"
 

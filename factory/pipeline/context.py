@@ -13,7 +13,6 @@ from factory.db.session import Database
 from factory.db.state import JobStateMachine
 from factory.errors import PermanentError
 from factory.generate import Generator, MemoryPolicy, PromptEmbedding, make_generator
-from factory.infra.alerts import Alerter, open_alerter
 from factory.infra.confinement import Confinement
 from factory.job import Job
 from factory.pipeline.prompts import EnsureResult, PromptService, open_embedding_cache
@@ -37,7 +36,6 @@ class StageContext:
     prompt_service: PromptService | None = None  # the embedding cache (diffusers families)
     assets: AssetCache | None = None  # audio beds and other referenced files, node-local
     confinement: Confinement = field(default_factory=Confinement)  # where specs may point
-    alerts: Alerter | None = None  # webhook on job failure and batch completion
     qc: QcThresholds = field(default_factory=QcThresholds)  # seam limits, regenerations
     on_segment: Callable[[Job, int], None] | None = None  # e.g. start encoding a ready chunk
     heartbeat_every: float = 30.0  # FACTORY_HEARTBEAT_EVERY, for stages run in-process
@@ -64,7 +62,6 @@ class StageContext:
             prompt_service=PromptService(cache, settings.text_encoder_device) if cache else None,
             assets=open_asset_cache(settings, store),
             confinement=settings.confinement,
-            alerts=open_alerter(settings, machine),
             heartbeat_every=settings.heartbeat_every,
             stale_after=settings.stale_after,
         )

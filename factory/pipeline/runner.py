@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Protocol
 
 from factory.errors import FactoryError, MediaError, StaleAttempt
-from factory.infra.alerts import after_terminal
 from factory.infra.heartbeat import Heartbeat
 from factory.job import Job
 from factory.pipeline.context import StageContext
@@ -80,7 +79,6 @@ def run_job(
         encoder.close()
     if observer:
         observer.stage_changed(job)
-    after_terminal(ctx.alerts, job)  # a job parked in review may complete the batch's wait
     return job
 
 

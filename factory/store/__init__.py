@@ -3,12 +3,16 @@ and the local asset cache."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from factory.errors import ConfigError
 from factory.store.base import ObjectInfo, Store
 from factory.store.file import FileStore
-from factory.store.s3_settings import S3Settings
 
-__all__ = ["FileStore", "ObjectInfo", "S3Settings", "Store", "open_store"]
+if TYPE_CHECKING:
+    from factory.config.s3 import S3Settings
+
+__all__ = ["FileStore", "ObjectInfo", "Store", "open_store"]
 
 
 def open_store(url: str, s3: S3Settings | None = None, *, durable: bool = True) -> Store:
@@ -17,6 +21,7 @@ def open_store(url: str, s3: S3Settings | None = None, *, durable: bool = True) 
     if url.startswith("file://"):
         return FileStore.from_url(url, durable=durable)
     if url.startswith("s3://"):
+        from factory.config.s3 import S3Settings
         from factory.store.s3 import S3Store  # boto3 is imported only where S3 is used
 
         return S3Store(url, s3 or S3Settings())

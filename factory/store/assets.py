@@ -33,11 +33,11 @@ from urllib.parse import unquote, urlparse
 if TYPE_CHECKING:
     from factory.config import Settings
 
+from factory.config.s3 import S3Settings
 from factory.errors import BadInput, PermanentError, RetryableError
 from factory.infra.confinement import Confinement
 from factory.store.base import ObjectInfo, Store
 from factory.store.placement import HashRing
-from factory.store.s3_settings import S3Settings
 
 log = logging.getLogger("factory.assets")
 INDEX = "index.json"

@@ -34,10 +34,10 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from factory.config.s3 import S3Settings, split_url
 from factory.errors import BadInput, PermanentError, RetryableError
 from factory.store.base import ObjectInfo, check_key
 from factory.store.s3_errors import Corrupt, classify, error_code, http_status
-from factory.store.s3_settings import S3Settings, split_url
 from factory.store.tls_session import load_tls_once
 
 log = logging.getLogger("factory.store.s3")

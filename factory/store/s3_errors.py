@@ -16,8 +16,8 @@ from botocore.exceptions import (
     ConnectionError as BotoConnectionError,
 )
 
+from factory.config.s3 import S3Settings
 from factory.errors import PermanentError
-from factory.store.s3_settings import S3Settings
 
 _RETRYABLE_CODES = {"SlowDown", "RequestTimeout", "InternalError", "ServiceUnavailable",
                     "RequestTimeTooSkewed", "503", "502", "504", "500"}  # fmt: skip

@@ -24,7 +24,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from factory.infra.console_settings import parse as parse_console_settings
+from factory.config.console import parse as parse_console_settings
 from tests.conftest import REPO
 from tests.s3stand import wait_port
 

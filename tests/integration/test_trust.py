@@ -262,7 +262,9 @@ def test_an_endless_fault_fails_the_job_with_an_alert(cluster: Cluster, tmp_path
     events = cluster.factory().jobs.events(job_id)
     assert sum(e.event == "interrupted" for e in events) >= 2
     alerts = [p for p in receiver.payloads() if p.get("event") == "job.failed"]
-    assert alerts and alerts[0]["job_id"] == job_id, receiver.payloads()
+    assert [a["job_id"] for a in alerts] == [job_id], receiver.payloads()  # once, by the worker
+    completed = [p for p in receiver.payloads() if p.get("event") == "batch.completed"]
+    assert len(completed) == 1 and completed[0]["summary"]["failed"] == 1
     status = run_cli("status", job_id, env=cluster.env)
     assert "NoProgress" in status.stdout and "requeue" in status.stdout
 

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import requests
 
+from factory.config.console import parse as parse_console_settings
 from factory.errors import ConfigError
-from factory.infra.console_settings import parse as parse_console_settings
 from factory.web.auth import WINDOW_SECONDS, SignInLimiter
 from factory.web.guard import MAX_STREAMS
 from tests.conftest import embedded_env

@@ -15,11 +15,12 @@ import pytest
 import requests
 
 from factory.config import Settings
+from factory.config import health as health_settings
+from factory.config.health import HealthSettings
 from factory.errors import ConfigError
 from factory.gpu.memory import FileMemory, NoMemory, open_memory_source
-from factory.infra import health_settings, metrics
+from factory.infra import metrics
 from factory.infra.health import HealthServer, Readiness
-from factory.infra.health_settings import HealthSettings
 
 
 def test_readiness_pauses_above_the_limit_and_resumes_clearly_below(tmp_path: Path) -> None:

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 from factory.config import Settings, parse_duration
+from factory.config.s3 import S3Settings
 from factory.errors import ConfigError
 from factory.ops.retention import classify, human_bytes
 from factory.store.file import FileStore
 from factory.store.s3 import S3Store
-from factory.store.s3_settings import S3Settings
 
 
 @pytest.mark.parametrize(

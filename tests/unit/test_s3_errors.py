@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from botocore.exceptions import SSLError
 
+from factory.config.s3 import S3Settings
 from factory.errors import PermanentError
 from factory.store.s3 import S3Store
-from factory.store.s3_settings import S3Settings
 
 
 class _NoClient:

@@ -1,5 +1,5 @@
-"""The worker's health and metrics endpoint (FACTORY_HEALTH_*, FACTORY_METRICS_*); read by
-factory.config, used by tasks/health.py (docs/operations.md, "Health, readiness and metrics")."""
+"""The worker's health and metrics endpoint (FACTORY_HEALTH_*, FACTORY_METRICS_*), used by
+tasks/health.py (docs/operations.md, "Health, readiness and metrics")."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from factory.config.values import positive_float, positive_int
 from factory.errors import ConfigError
 
 _HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9]([A-Za-z0-9-]{0,62}))*$")
@@ -35,9 +36,9 @@ def parse(env: Mapping[str, str]) -> HealthSettings:
     return HealthSettings(
         port=_port(env, "FACTORY_HEALTH_PORT"),
         host=_host(env, "FACTORY_HEALTH_HOST"),
-        max_requests=int(_number(env, "FACTORY_HEALTH_MAX_REQUESTS", 8, whole=True)),
-        timeout=_number(env, "FACTORY_HEALTH_TIMEOUT", 5.0),
-        metrics_cache=_number(env, "FACTORY_METRICS_CACHE", 5.0),
+        max_requests=positive_int(env, "FACTORY_HEALTH_MAX_REQUESTS", 8, unit="requests"),
+        timeout=positive_float(env, "FACTORY_HEALTH_TIMEOUT", 5.0),
+        metrics_cache=positive_float(env, "FACTORY_METRICS_CACHE", 5.0),
         metrics_token=token,
     )
 
@@ -62,17 +63,3 @@ def _host(env: Mapping[str, str], name: str) -> str:
                 field=name,
             ) from None
     return raw
-
-
-def _number(env: Mapping[str, str], name: str, default: float, *, whole: bool = False) -> float:
-    raw = (env.get(name) or "").strip()
-    if raw == "":
-        return default
-    try:
-        value = int(raw) if whole else float(raw)
-    except ValueError:
-        what = "a whole number" if whole else "a number of seconds"
-        raise ConfigError(f"must be {what}, got {raw!r}", field=name) from None
-    if not 0 < value < float("inf"):  # NaN fails this too
-        raise ConfigError(f"must be > 0, got {raw!r}", field=name)
-    return value

@@ -1,37 +1,50 @@
 """Settings, built once from FACTORY_* variables; nothing else in the factory reads the environment.
 
+The package holds every section of the settings: `Settings` here, the sections it carries
+beside it (s3.py the store's connection, webhook.py the alerts, console.py the console and
+API, health.py the worker's endpoint), and values.py, the readers of one variable that
+they all share (so a number, a duration or a flag is read and refused the same way
+everywhere).
+
 Embedded defaults (no server needed): a SQLite database and a file store under FACTORY_HOME,
 no broker (stages run in-process), no Redis (idempotency by the database constraint alone).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import re
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlparse
 
+from factory.config import console, health, s3, webhook
+from factory.config.console import ConsoleSettings
+from factory.config.health import HealthSettings
+from factory.config.s3 import S3Settings, split_url
+from factory.config.values import (
+    choice,
+    flag,
+    fraction,
+    optional_path,
+    parse_duration,
+    positive_float,
+    positive_int,
+    whole_seconds,
+)
+from factory.config.webhook import WebhookSettings
 from factory.errors import ConfigError
 from factory.generate.memory import MemoryPolicy
-from factory.infra.alerts_settings import WebhookSettings
 from factory.infra.confinement import Confinement, confinement_from_env
-from factory.infra.console_settings import ConsoleSettings
-from factory.infra.console_settings import parse as _console
-from factory.infra.health_settings import HealthSettings
-from factory.infra.health_settings import parse as _health
-from factory.infra.redact import redact
 from factory.qc.thresholds import ENV_NAMES, QcThresholds
-from factory.store.s3_settings import MIB, S3Settings, split_url
+
+__all__ = ["ConsoleSettings", "HealthSettings", "S3Settings", "Settings", "WebhookSettings",
+           "parse_duration"]  # fmt: skip
 
 _SUPPORTED_DATABASES = ("sqlite", "postgresql")
 _SUPPORTED_STORES = ("file", "s3")
 DEFAULT_KEEP_INTERMEDIATES = 7 * 86400  # FACTORY_KEEP_INTERMEDIATES, 7d
-_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-_DURATION = re.compile(r"(?:\d+[smhdw])+")
 
 
 @dataclass(frozen=True)
@@ -113,53 +126,53 @@ class Settings:
             broker_url=env.get("FACTORY_BROKER_URL") or None,
             store_url=store_url,
             redis_url=env.get("FACTORY_REDIS_URL") or None,
-            stale_after=_positive_int(env, "FACTORY_STALE_AFTER", 300),
-            sweep_every=_positive_int(env, "FACTORY_SWEEP_EVERY", 30),
-            submit_token_ttl=_positive_int(env, "FACTORY_SUBMIT_TOKEN_TTL", 600),
-            max_recoveries=_positive_int(env, "FACTORY_MAX_RECOVERIES", 3),
-            heartbeat_every=_positive_int(env, "FACTORY_HEARTBEAT_EVERY", 30),
-            segment_time_limit=_positive_int(env, "FACTORY_SEGMENT_TIME_LIMIT", 1800),
+            stale_after=positive_int(env, "FACTORY_STALE_AFTER", 300),
+            sweep_every=positive_int(env, "FACTORY_SWEEP_EVERY", 30),
+            submit_token_ttl=positive_int(env, "FACTORY_SUBMIT_TOKEN_TTL", 600),
+            max_recoveries=positive_int(env, "FACTORY_MAX_RECOVERIES", 3),
+            heartbeat_every=positive_int(env, "FACTORY_HEARTBEAT_EVERY", 30),
+            segment_time_limit=positive_int(env, "FACTORY_SEGMENT_TIME_LIMIT", 1800),
             log_format=env.get("FACTORY_LOG_FORMAT") or "text",
             attention_backend=env.get("FACTORY_ATTENTION_BACKEND") or None,
-            drift_factor=_fraction(env, "FACTORY_DRIFT_FACTOR", 0.0),
-            vae_tiling=_flag(env, "FACTORY_VAE_TILING"),
-            group_offload=_choice(env, "FACTORY_GROUP_OFFLOAD", ("auto", "off", "block", "leaf")),
-            layerwise_casting=_choice(env, "FACTORY_LAYERWISE_CASTING", ("off", "fp8")),
+            drift_factor=fraction(env, "FACTORY_DRIFT_FACTOR", 0.0),
+            vae_tiling=flag(env, "FACTORY_VAE_TILING"),
+            group_offload=choice(env, "FACTORY_GROUP_OFFLOAD", ("auto", "off", "block", "leaf")),
+            layerwise_casting=choice(env, "FACTORY_LAYERWISE_CASTING", ("off", "fp8")),
             text_encoder_device=env.get("FACTORY_TEXT_ENCODER_DEVICE") or "cpu",
-            embedding_cache=_choice(env, "FACTORY_EMBEDDING_CACHE", ("store", "redis", "off")),
-            embedding_cache_bytes=_positive_int(
+            embedding_cache=choice(env, "FACTORY_EMBEDDING_CACHE", ("store", "redis", "off")),
+            embedding_cache_bytes=positive_int(
                 env, "FACTORY_EMBEDDING_CACHE_BYTES", 4 << 30, unit="bytes"
             ),
             qc=_qc_thresholds(env),
-            s3=_s3_settings(env, home),
-            asset_cache_dir=_path(env, "FACTORY_ASSET_CACHE_DIR") or home / "assets",
-            asset_cache_bytes=_positive_int(
+            s3=s3.parse(env, home),
+            asset_cache_dir=optional_path(env, "FACTORY_ASSET_CACHE_DIR") or home / "assets",
+            asset_cache_bytes=positive_int(
                 env, "FACTORY_ASSET_CACHE_BYTES", 20 << 30, unit="bytes"
             ),
-            asset_replicas=_positive_int(env, "FACTORY_ASSET_REPLICAS", 1, unit="nodes"),
+            asset_replicas=positive_int(env, "FACTORY_ASSET_REPLICAS", 1, unit="nodes"),
             gpu_memory_source=_memory_source(env),
-            ready_gpu_memory=_fraction(env, "FACTORY_READY_GPU_MEMORY", 0.95),
-            readiness_every=_positive_float(env, "FACTORY_READINESS_EVERY", 2.0),
+            ready_gpu_memory=fraction(env, "FACTORY_READY_GPU_MEMORY", 0.95),
+            readiness_every=positive_float(env, "FACTORY_READINESS_EVERY", 2.0),
             nvidia_smi=env.get("FACTORY_NVIDIA_SMI") or "nvidia-smi",
-            worker_allow_cpu=_flag(env, "FACTORY_WORKER_ALLOW_CPU"),
+            worker_allow_cpu=flag(env, "FACTORY_WORKER_ALLOW_CPU"),
             gpu_queue=env.get("FACTORY_GPU_QUEUE") or None,
             gpu_index=_gpu_index(env),
             preload_models=tuple(filter(None, env.get("FACTORY_PRELOAD_MODELS", "").split(","))),
             flower_basic_auth=env.get("FACTORY_FLOWER_BASIC_AUTH", ""),
-            webhook=_webhook(env),
-            give_up_after=_positive_int(env, "FACTORY_GIVE_UP_AFTER", 3600),
-            store_fsync=_flag(env, "FACTORY_STORE_FSYNC", default=True),
-            db_statement_timeout=_whole(env, "FACTORY_DB_STATEMENT_TIMEOUT", 60),
-            db_idle_timeout=_whole(env, "FACTORY_DB_IDLE_TIMEOUT", 60),
+            webhook=webhook.parse(env),
+            give_up_after=positive_int(env, "FACTORY_GIVE_UP_AFTER", 3600),
+            store_fsync=flag(env, "FACTORY_STORE_FSYNC", default=True),
+            db_statement_timeout=whole_seconds(env, "FACTORY_DB_STATEMENT_TIMEOUT", 60),
+            db_idle_timeout=whole_seconds(env, "FACTORY_DB_IDLE_TIMEOUT", 60),
             keep_intermediates=_keep_intermediates(env),
-            gpu_task_seconds=_whole(env, "FACTORY_GPU_TASK_SECONDS", 60),
-            health=_health(env),
-            console=_console(env),
+            gpu_task_seconds=whole_seconds(env, "FACTORY_GPU_TASK_SECONDS", 60),
+            health=health.parse(env),
+            console=console.parse(env),
             confinement=confinement_from_env(env, home, _store_bucket(store_url)),
             **_nodes(env),
         )
         settings._check_schemes()
-        if _flag(env, "FACTORY_PRODUCTION"):
+        if flag(env, "FACTORY_PRODUCTION"):
             _refuse_embedded(env)
         return settings
 
@@ -234,44 +247,6 @@ def _store_bucket(store_url: str) -> str | None:
     return split_url(store_url)[0] if store_url.startswith("s3://") else None
 
 
-def _positive_int(env: Mapping[str, str], name: str, default: int, unit: str = "seconds") -> int:
-    return _int(env, name, default, unit, zero_allowed=False)
-
-
-def _whole(env: Mapping[str, str], name: str, default: int) -> int:
-    """Seconds, where 0 means no limit."""
-    return _int(env, name, default, "seconds", zero_allowed=True)
-
-
-def _int(env: Mapping[str, str], name: str, default: int, unit: str, *, zero_allowed: bool) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"must be a whole number of {unit}, got {raw!r}", field=name) from None
-    if value < 0 or (value == 0 and not zero_allowed):
-        need = ">= 0 (0: no limit)" if zero_allowed else "> 0"
-        raise ConfigError(f"must be {need}, got {value}", field=name)
-    return value
-
-
-def parse_duration(raw: str, name: str) -> int:
-    """Seconds from `7d`, `36h`, `90m`, `45s`, `1w`, `1d12h` or `0`. A bare number other
-    than 0 is refused: `7` could mean seven days as easily as seven seconds."""
-    text = raw.strip().lower()
-    if text == "0":
-        return 0
-    if not _DURATION.fullmatch(text):
-        raise ConfigError(
-            f"must be a duration like 7d, 36h, 90m, 45s (or 0), got {raw!r}", field=name
-        )
-    return sum(
-        int(amount) * _DURATION_UNITS[unit] for amount, unit in re.findall(r"(\d+)([smhdw])", text)
-    )
-
-
 def _keep_intermediates(env: Mapping[str, str]) -> int | None:
     name = "FACTORY_KEEP_INTERMEDIATES"
     raw = (env.get(name) or "").strip()
@@ -280,44 +255,6 @@ def _keep_intermediates(env: Mapping[str, str]) -> int | None:
     if raw.lower() == "forever":
         return None
     return parse_duration(raw, name)
-
-
-def _fraction(env: Mapping[str, str], name: str, default: float) -> float:
-    value = _float(env, name, default, "a number from 0 to 1")
-    if not 0.0 <= value <= 1.0:
-        raise ConfigError(f"must be from 0 to 1, got {value}", field=name)
-    return value
-
-
-def _float(env: Mapping[str, str], name: str, default: float, what: str) -> float:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"must be {what}, got {raw!r}", field=name) from None
-    if value != value or abs(value) == float("inf"):
-        raise ConfigError(f"must be a finite number, got {raw!r}", field=name)
-    return value
-
-
-def _flag(env: Mapping[str, str], name: str, *, default: bool = False) -> bool:
-    raw = (env.get(name) or "").strip().lower()
-    if raw == "":
-        return default
-    if raw in ("0", "false", "no", "off"):
-        return False
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    raise ConfigError(f"must be 1/0, true/false, yes/no or on/off, got {raw!r}", field=name)
-
-
-def _choice(env: Mapping[str, str], name: str, allowed: tuple[str, ...]) -> str:
-    raw = (env.get(name) or allowed[0]).strip().lower()
-    if raw not in allowed:
-        raise ConfigError(f"must be one of {', '.join(allowed)}, got {raw!r}", field=name)
-    return raw
 
 
 def _qc_thresholds(env: Mapping[str, str]) -> QcThresholds:
@@ -337,72 +274,12 @@ def _qc_thresholds(env: Mapping[str, str]) -> QcThresholds:
     return QcThresholds(**values)
 
 
-def _path(env: Mapping[str, str], name: str) -> Path | None:
-    raw = env.get(name) or ""
-    return Path(raw).expanduser() if raw else None
-
-
-def _existing_file(env: Mapping[str, str], name: str) -> Path | None:
-    path = _path(env, name)
-    if path is not None and not path.is_file():
-        raise ConfigError(f"{path} is not a readable file", field=name)
-    return path
-
-
 def _gpu_index(env: Mapping[str, str]) -> int | None:
     text = env.get("FACTORY_GPU_INDEX") or ""
     if text and not text.isdigit():
         raise ConfigError(f"must be a GPU's index (0, 1, ...), not {text!r}",
                           field="FACTORY_GPU_INDEX")  # fmt: skip
     return int(text) if text else None
-
-
-def _s3_settings(env: Mapping[str, str], home: Path) -> S3Settings:
-    endpoint = env.get("FACTORY_S3_ENDPOINT_URL") or None
-    if endpoint and not endpoint.startswith(("https://", "http://")):
-        raise ConfigError(
-            f"must be an https:// URL, got {endpoint!r}", field="FACTORY_S3_ENDPOINT_URL"
-        )
-    cert = _existing_file(env, "FACTORY_S3_CLIENT_CERT")
-    key = _existing_file(env, "FACTORY_S3_CLIENT_KEY")
-    if (cert is None) != (key is None):
-        missing = "FACTORY_S3_CLIENT_KEY" if key is None else "FACTORY_S3_CLIENT_CERT"
-        raise ConfigError("is needed too: a client certificate goes with its key", field=missing)
-    if cert is not None and endpoint and endpoint.startswith("http://"):
-        raise ConfigError(
-            "is http:// but a client certificate is set: mutual TLS needs https://",
-            field="FACTORY_S3_ENDPOINT_URL",
-        )
-    part_bytes = _positive_int(env, "FACTORY_S3_PART_BYTES", 8 * MIB, unit="bytes")
-    if part_bytes < 5 * MIB:
-        raise ConfigError(f"must be at least 5 MiB (S3's smallest part), got {part_bytes}",
-                          field="FACTORY_S3_PART_BYTES")  # fmt: skip
-    region = env.get("FACTORY_S3_REGION") or "us-east-1"
-    if not re.fullmatch(r"[a-z0-9-]{1,40}", region):
-        raise ConfigError(f"{region!r} is not a region name", field="FACTORY_S3_REGION")
-    return S3Settings(
-        endpoint_url=endpoint,
-        region=region,
-        addressing=_choice(env, "FACTORY_S3_ADDRESSING", ("path", "virtual", "auto")),
-        ca_bundle=_existing_file(env, "FACTORY_S3_CA"),
-        client_cert=cert,
-        client_key=key,
-        checksums=_choice(env, "FACTORY_S3_CHECKSUMS", ("when_supported", "when_required")),
-        multipart_bytes=_positive_int(env, "FACTORY_S3_MULTIPART_BYTES", 8 * MIB, unit="bytes"),
-        part_bytes=part_bytes,
-        part_workers=_positive_int(env, "FACTORY_S3_PART_WORKERS", 4, unit="threads"),
-        verify=_choice(env, "FACTORY_S3_VERIFY", ("etag", "download")),
-        attempts=_positive_int(env, "FACTORY_S3_ATTEMPTS", 5, unit="attempts"),
-        backoff=_positive_float(env, "FACTORY_S3_BACKOFF", 1.0),
-        scratch=home / "tmp",
-    )
-
-
-def _positive_float(env: Mapping[str, str], name: str, default: float) -> float:
-    value = _float(env, name, default, "a number of seconds")
-    if value <= 0:
-        raise ConfigError(f"must be > 0, got {value}", field=name)
-    return value
 
 
 _NODE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
@@ -431,30 +308,4 @@ def _memory_source(env: Mapping[str, str]) -> str:
         return raw
     raise ConfigError(
         f"must be nvml, none or file:/path, got {raw!r}", field="FACTORY_GPU_MEMORY_SOURCE"
-    )
-
-
-def _is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _webhook(env: Mapping[str, str]) -> WebhookSettings:
-    url = env.get("FACTORY_WEBHOOK_URL") or None
-    if url and not url.startswith("https://"):
-        loopback = url.startswith("http://") and _is_loopback(urlparse(url).hostname or "")
-        if not loopback:  # the token and the alerts would cross the network in clear
-            raise ConfigError(
-                f"must be an https:// URL (http:// only to this host), got {redact(url)!r}",
-                field="FACTORY_WEBHOOK_URL",
-            )
-    return WebhookSettings(
-        url=url,
-        token=env.get("FACTORY_WEBHOOK_TOKEN") or None,
-        attempts=_positive_int(env, "FACTORY_WEBHOOK_ATTEMPTS", 5, unit="attempts"),
-        backoff=_positive_float(env, "FACTORY_WEBHOOK_BACKOFF", 1.0),
     )

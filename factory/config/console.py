@@ -1,5 +1,5 @@
-"""The operations console and HTTP API (`factory serve`, FACTORY_CONSOLE_*, FACTORY_REVIEW);
-read by factory.config, used by factory.web (docs/console.md)."""
+"""The operations console and HTTP API (`factory serve`, FACTORY_CONSOLE_*, FACTORY_REVIEW),
+used by factory.web (docs/console.md)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from factory.config.values import read_number
 from factory.errors import ConfigError
 
 _WINDOW = re.compile(r"([01]?\d|2[0-3]):[0-5]\d-([01]?\d|2[0-3]):[0-5]\d")
@@ -77,13 +78,7 @@ def _window(env: Mapping[str, str]) -> str | None:
 
 
 def _number(env: Mapping[str, str], name: str, default: float, *, low: float, high: float) -> float:
-    raw = (env.get(name) or "").strip()
-    if raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(f"must be a number, got {raw!r}", field=name) from None
-    if not low <= value <= high:
-        raise ConfigError(f"must be from {low:g} to {high:g}, got {raw}", field=name)
+    value = read_number(env, name, default, float, "a number")
+    if not low <= value <= high:  # NaN fails this too
+        raise ConfigError(f"must be from {low:g} to {high:g}, got {env[name].strip()}", field=name)
     return value

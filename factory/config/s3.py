@@ -1,6 +1,6 @@
 """How to reach the S3 store: endpoint, TLS material, transfer and retry settings.
 
-Built from FACTORY_S3_* by `factory.config`; holds paths to key material, never its content.
+Read from FACTORY_S3_* (`parse`); holds paths to key material, never its content.
 Access keys come from boto3's own chain (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile,
 an instance role) and are never copied into the factory's settings.
 """
@@ -8,10 +8,12 @@ an instance role) and are never copied into the factory's settings.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from factory.config.values import choice, existing_file, positive_float, positive_int
 from factory.errors import BadInput, ConfigError
 from factory.store.base import check_key
 
@@ -63,3 +65,44 @@ def split_url(url: str) -> tuple[str, str]:
                 field="FACTORY_STORE_URL",
             ) from None
     return bucket, prefix
+
+
+def parse(env: Mapping[str, str], home: Path) -> S3Settings:
+    endpoint = env.get("FACTORY_S3_ENDPOINT_URL") or None
+    if endpoint and not endpoint.startswith(("https://", "http://")):
+        raise ConfigError(
+            f"must be an https:// URL, got {endpoint!r}", field="FACTORY_S3_ENDPOINT_URL"
+        )
+    cert = existing_file(env, "FACTORY_S3_CLIENT_CERT")
+    key = existing_file(env, "FACTORY_S3_CLIENT_KEY")
+    if (cert is None) != (key is None):
+        missing = "FACTORY_S3_CLIENT_KEY" if key is None else "FACTORY_S3_CLIENT_CERT"
+        raise ConfigError("is needed too: a client certificate goes with its key", field=missing)
+    if cert is not None and endpoint and endpoint.startswith("http://"):
+        raise ConfigError(
+            "is http:// but a client certificate is set: mutual TLS needs https://",
+            field="FACTORY_S3_ENDPOINT_URL",
+        )
+    part_bytes = positive_int(env, "FACTORY_S3_PART_BYTES", 8 * MIB, unit="bytes")
+    if part_bytes < 5 * MIB:
+        raise ConfigError(f"must be at least 5 MiB (S3's smallest part), got {part_bytes}",
+                          field="FACTORY_S3_PART_BYTES")  # fmt: skip
+    region = env.get("FACTORY_S3_REGION") or "us-east-1"
+    if not re.fullmatch(r"[a-z0-9-]{1,40}", region):
+        raise ConfigError(f"{region!r} is not a region name", field="FACTORY_S3_REGION")
+    return S3Settings(
+        endpoint_url=endpoint,
+        region=region,
+        addressing=choice(env, "FACTORY_S3_ADDRESSING", ("path", "virtual", "auto")),
+        ca_bundle=existing_file(env, "FACTORY_S3_CA"),
+        client_cert=cert,
+        client_key=key,
+        checksums=choice(env, "FACTORY_S3_CHECKSUMS", ("when_supported", "when_required")),
+        multipart_bytes=positive_int(env, "FACTORY_S3_MULTIPART_BYTES", 8 * MIB, unit="bytes"),
+        part_bytes=part_bytes,
+        part_workers=positive_int(env, "FACTORY_S3_PART_WORKERS", 4, unit="threads"),
+        verify=choice(env, "FACTORY_S3_VERIFY", ("etag", "download")),
+        attempts=positive_int(env, "FACTORY_S3_ATTEMPTS", 5, unit="attempts"),
+        backoff=positive_float(env, "FACTORY_S3_BACKOFF", 1.0),
+        scratch=home / "tmp",
+    )
