@@ -7,8 +7,6 @@ naming the field; 1 any other failure. No traceback unless `--debug`.
 from __future__ import annotations
 
 import json
-import os
-import socket
 import sys
 import time
 from pathlib import Path
@@ -32,7 +30,7 @@ from factory.cli.common import err, out
 from factory.cli.runview import RunDisplay, summary_table
 from factory.config import S3Settings
 from factory.errors import BadInput, FactoryError
-from factory.ops import check_manifest, event_dict, job_summary, local_actor
+from factory.ops import Operations, check_manifest, event_dict, job_summary, local_actor
 from factory.ops.retention import gc_note
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.store import open_store
@@ -41,7 +39,6 @@ if TYPE_CHECKING:  # imported where a manifest is read: `factory jobs` and `stat
     from factory.manifest import Manifest
     from factory.ops import preflight
     from factory.ops.submit import Submitted
-    from factory.wiring import Factory
 
 try:  # typer >= 0.2x carries its own copy of click
     from typer.exceptions import TyperException as _CommandLineError
@@ -114,12 +111,12 @@ def _preflight(manifest: Path, batch: str | None) -> preflight.Preflight:
 
 def _submit_checked(
     manifest: Path, batch: str | None, *, send: bool = True
-) -> tuple[Factory, Manifest, Submitted]:
+) -> tuple[Operations, Manifest, Submitted]:
     """Check, put the manifest's local files into the store, then create the jobs (and send
     them to the workers when there is a broker and ``send``)."""
     checked = _preflight(manifest, batch)
     ops = common.operations(send=send)
-    return ops.factory, checked.manifest, ops.submit_checked(checked, actor=local_actor())
+    return ops, checked.manifest, ops.submit_checked(checked, actor=local_actor())
 
 
 @app.command()
@@ -177,23 +174,19 @@ def run(
 
     Exits 1 if any job did not finish; `factory requeue` and a second `factory run` continue.
     """
-    from factory.pipeline.context import StageContext
-    from factory.pipeline.runner import run_job
-
-    factory, parsed, submitted = _submit_checked(manifest, batch, send=False)
-    settings = factory.settings
-    ctx = StageContext.from_settings(
-        settings, factory.jobs, factory.database, stitch_strength=stitch_strength
-    )
-    worker = f"{socket.gethostname()}/run-{os.getpid()}"
+    ops, parsed, submitted = _submit_checked(manifest, batch, send=False)
+    settings = ops.settings
     finished, seconds = [], {}
     with RunDisplay(err, submitted.jobs) as display:
-        for job in submitted.jobs:
-            started = time.monotonic()
-            finished.append(run_job(ctx, job.job_id, worker=worker, observer=display))
+        started = time.monotonic()
+        for job in ops.run_all_here(
+            [j.job_id for j in submitted.jobs], actor="run", observer=display,
+            stitch_strength=stitch_strength,
+        ):  # fmt: skip
+            finished.append(job)
             seconds[job.job_id] = time.monotonic() - started
-    published = factory.jobs.current_versions(j.job_id for j in finished)
-    outputs = {job_id: v.outputs or {} for job_id, v in published.items()}
+            started = time.monotonic()
+    outputs = ops.published(j.job_id for j in finished)
     out.print(summary_table(finished, seconds, outputs))
     waiting = [j for j in finished if j.stage is Stage.REVIEW]
     failed = [j for j in finished if j.stage not in (Stage.DONE, Stage.REVIEW)]

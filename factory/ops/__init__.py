@@ -18,7 +18,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -198,6 +198,11 @@ class Operations:
                                    for j in found
                                    if not (j.stage.is_terminal or j.stage.is_parked)])  # fmt: skip
 
+    def published(self, job_ids: Iterable[str]) -> dict[str, dict[str, str]]:
+        """The files of each delivered job's current version, by job."""
+        versions = self.machine.current_versions(job_ids)
+        return {job_id: version.outputs or {} for job_id, version in versions.items()}
+
     def all_jobs(self, batch: str | None = None) -> list[Job]:
         """Every job (of a batch), oldest first: for views that show a batch whole (the live
         page, `factory watch`); lists a person pages through use `jobs`."""
@@ -279,16 +284,32 @@ class Operations:
 
     def run_here(self, job_id: str, actor: str, observer: Any = None) -> Job:
         """Run a job's remaining stages in this process (the embedded path)."""
+        return next(self.run_all_here([job_id], actor=actor, observer=observer))
+
+    def run_all_here(
+        self,
+        job_ids: Iterable[str],
+        *,
+        actor: str,
+        observer: Any = None,
+        stitch_strength: float | None = None,
+    ) -> Iterator[Job]:
+        """Run each job's remaining stages in this process, one job after another, yielding
+        each as it ends; one stage context for all, so a model is loaded once."""
         from factory.pipeline.context import StageContext
         from factory.pipeline.runner import run_job
 
-        ctx = StageContext.from_settings(self.settings, self.machine, self.factory.database)
+        overrides = {} if stitch_strength is None else {"stitch_strength": stitch_strength}
+        ctx = StageContext.from_settings(
+            self.settings, self.machine, self.factory.database, **overrides
+        )
         worker = f"{socket.gethostname()}/{actor}-{os.getpid()}"
-        try:
-            return run_job(ctx, job_id, worker=worker, observer=observer)
-        except Exception:  # run_job records the job's own failures; this is everything else
-            log.exception("run.failed", extra={"job_id": job_id})
-            raise
+        for job_id in job_ids:
+            try:
+                yield run_job(ctx, job_id, worker=worker, observer=observer)
+            except Exception:  # run_job records the job's own failures; this is everything else
+                log.exception("run.failed", extra={"job_id": job_id})
+                raise
 
     @property
     def in_process(self) -> bool:

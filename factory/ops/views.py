@@ -11,6 +11,7 @@ from typing import Any
 from factory.job import Event, Job, SegmentRecord, VersionRecord
 from factory.ops.forecast import Forecast
 from factory.ops.retention import gc_note
+from factory.qc.thresholds import QcThresholds
 from factory.stages import Stage
 
 
@@ -89,6 +90,16 @@ class JobView:
     def seams(self) -> list[dict[str, Any]]:
         # records from before the seam dict named its segment lack the key
         return [{"seam": i, **r.seam} for i, r in sorted(self.segments.items()) if r.seam]
+
+    def worst_seams(self, limits: QcThresholds) -> list[dict[str, Any]]:
+        """The seams, failed ones first, then by how near they came to failing (`score`:
+        the largest measure over its limit, 1.0 at the limit)."""
+        cells = [
+            seam | {"score": round(limits.seam_score(seam), 3),
+                    "failed": bool(seam.get("failures")) or seam.get("passed") is False}
+            for seam in self.seams
+        ]  # fmt: skip
+        return sorted(cells, key=lambda c: (not c["failed"], -c["score"], c["seam"]))
 
     def to_dict(self) -> dict[str, Any]:
         job = self.job

@@ -30,7 +30,6 @@ from factory.qc.thresholds import QcThresholds
 
 WINDOW = 8  # frames either side of a seam that are compared
 MIN_MOTION = 0.5  # 8-bit levels: the floor of the "normal" frame difference (static shots)
-SCENE_CHANGE_JUMP_FACTOR = 3.0
 COLOUR_FRAMES = 2  # frames averaged either side of a seam for its colour shift
 
 
@@ -170,18 +169,14 @@ def _colour_shift(
 
 def _judge(score: SeamScore, limits: QcThresholds) -> None:
     """Add to the score's failures each limit it passes (the colour ones not at a new scene)."""
-    scene_change = score.scene_change
-    # A new scene may change colour and move harder on purpose (the model morphs into the new
-    # prompt); there only a jump like a hard cut fails.
-    jump_limit = limits.seam_jump * (SCENE_CHANGE_JUMP_FACTOR if scene_change else 1)
-    if score.jump > jump_limit:
-        score.failures.append(f"jump {score.jump:.2f} > {jump_limit:g}")
-    if not scene_change:
-        if score.delta_e > limits.seam_delta_e:
-            score.failures.append(f"colour shift ΔE {score.delta_e:.1f} > {limits.seam_delta_e}")
-        if score.delta_l > limits.seam_delta_l:
-            score.failures.append(f"luminance shift ΔL {score.delta_l:.1f} > {limits.seam_delta_l}")
-    if score.ssim_drop > limits.seam_ssim_drop:
+    limit = limits.seam_limits(score.scene_change)
+    if score.jump > limit["jump"]:
+        score.failures.append(f"jump {score.jump:.2f} > {limit['jump']:g}")
+    if "delta_e" in limit and score.delta_e > limit["delta_e"]:
+        score.failures.append(f"colour shift ΔE {score.delta_e:.1f} > {limits.seam_delta_e}")
+    if "delta_l" in limit and score.delta_l > limit["delta_l"]:
+        score.failures.append(f"luminance shift ΔL {score.delta_l:.1f} > {limits.seam_delta_l}")
+    if score.ssim_drop > limit["ssim_drop"]:
         score.failures.append(f"SSIM drop {score.ssim_drop:.2f} > {limits.seam_ssim_drop}")
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
+SCENE_CHANGE_JUMP_FACTOR = 3.0  # a seam at a new scene may jump this much harder
+
 
 @dataclass(frozen=True)
 class QcThresholds:
@@ -25,6 +27,22 @@ class QcThresholds:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def seam_limits(self, scene_change: bool) -> dict[str, float]:
+        """The limit of each measure a seam is judged by. A new scene may change colour and
+        move harder on purpose (the model morphs into the new prompt): there the colour is not
+        judged and only a jump like a hard cut fails."""
+        jump = self.seam_jump * (SCENE_CHANGE_JUMP_FACTOR if scene_change else 1)
+        limits = {"jump": jump, "ssim_drop": self.seam_ssim_drop}
+        if not scene_change:
+            limits |= {"delta_e": self.seam_delta_e, "delta_l": self.seam_delta_l}
+        return limits
+
+    def seam_score(self, seam: dict[str, Any]) -> float:
+        """How far a recorded seam went toward failing: its largest measure over that
+        measure's limit (1.0: at the limit)."""
+        limits = self.seam_limits(bool(seam.get("scene_change")))
+        return max(float(seam.get(name) or 0) / max(limit, 1e-9) for name, limit in limits.items())
 
 
 ENV_NAMES = {

@@ -15,11 +15,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response, Streamin
 
 from factory.access import Access
 from factory.errors import BadInput, FactoryError, NoSuchJob
-from factory.media.presets import PRESETS
-from factory.ops import JobView, Operations
+from factory.ops import Operations
 from factory.ops.forecast import parse_window
-from factory.qc.seams import SCENE_CHANGE_JUMP_FACTOR
-from factory.qc.thresholds import QcThresholds
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.web.auth import (
     SESSION_COOKIE,
@@ -33,7 +30,6 @@ from factory.web.auth import (
     secure_cookies,
 )
 from factory.web.live import card
-from factory.web.media import codecs_of, media_for
 from factory.web.media import router as media_router
 
 router = APIRouter()
@@ -180,37 +176,17 @@ def _job_page(request: Request, found: Caller, job_id: str, *, status: int = 200
     job = view.job
     video = job.video
     events = ops.events(job_id)
-    names = [r for r in video.renditions if media_for(job, f"{r}.mp4")]
-    h264 = [r for r in names if r in PRESETS and not PRESETS[r].is_hevc]
-    # where the browser cannot play a rendition (HEVC, mostly), the page offers an H.264 one
-    players = [{"name": r, "type": codecs_of(r) or "",
-                "fallback": next((p for p in h264 if p != r), "")} for r in names]  # fmt: skip
-    pictures = [p for p in ("contact", "quality") if media_for(job, f"{p}.png")]
+    files = request.app.state.files
+    players, pictures = files.players(job), files.pictures(job)
     seams = [s | {"left": round(100 * s.get("seconds", 0) / max(video.duration, 1e-6), 2)}
              for s in view.seams]  # fmt: skip
     return _page(
         request, "job.html", found, status=status, job=job, video=video, view=view,
         players=players, pictures=pictures, seams=seams,
-        worst=worst_first(view, request.app.state.settings.qc), events=events[-200:],
+        worst=view.worst_seams(ops.settings.qc), events=events[-200:],
         requeue_targets=[s.value for s in REQUEUE_TARGETS], notice=notice, error=error,
         can_act=found.principal.can("operator"), Stage=Stage,
     )  # fmt: skip
-
-
-def worst_first(view: JobView, limits: QcThresholds) -> list[dict[str, Any]]:
-    """The seams, failed ones first, then by score: the largest of each measure over its limit
-    (1.0: at the limit; a new scene's colour may change and its jump may be 3x)."""
-    cells = []
-    for seam in view.seams:
-        scene = bool(seam.get("scene_change"))
-        jump_limit = limits.seam_jump * (SCENE_CHANGE_JUMP_FACTOR if scene else 1)
-        measures = [("jump", jump_limit), ("ssim_drop", limits.seam_ssim_drop)]
-        if not scene:
-            measures += [("delta_e", limits.seam_delta_e), ("delta_l", limits.seam_delta_l)]
-        score = max(float(seam.get(name) or 0) / max(limit, 1e-9) for name, limit in measures)
-        failed = bool(seam.get("failures")) or seam.get("passed") is False
-        cells.append(seam | {"score": round(score, 3), "failed": failed})
-    return sorted(cells, key=lambda c: (not c["failed"], -c["score"], c["seam"]))
 
 
 # --- acting ----------------------------------------------------------------------------------

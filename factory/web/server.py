@@ -25,12 +25,12 @@ from factory.config import Settings
 from factory.errors import BadInput, FactoryError, InvalidOperation, ManifestError, NoSuchJob
 from factory.job import Job
 from factory.ops import Dispatcher, Operations
+from factory.ops.media import JobFiles
 from factory.store import open_store
 from factory.web import api, console
 from factory.web.auth import NotSignedIn, SignInLimiter, require_api
 from factory.web.guard import Guard, SecurityHeaders
 from factory.web.live import LiveHub
-from factory.web.media import Thumbnails
 from factory.web.runner import LocalRunner
 from factory.wiring import Factory
 
@@ -69,8 +69,7 @@ def create_app(settings: Settings, *, factory: Factory | None = None) -> FastAPI
     app.state.ops = ops
     app.state.access = Access(factory.database)
     app.state.limiter = SignInLimiter(settings.console.signin_attempts)
-    app.state.store = open_store(settings.store_url, settings.s3)
-    app.state.thumbnails = Thumbnails(app.state.store)
+    app.state.files = JobFiles(open_store(settings.store_url, settings.s3))
     app.state.runner = runner  # None with a broker
     app.state.live = LiveHub(ops.all_jobs, settings.console.live_every)
     app.state.templates = _templates()

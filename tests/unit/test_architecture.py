@@ -28,9 +28,14 @@ SHARED = {
     "factory.job",
 }
 
-# Where the interfaces still reach below the operations layer (2026-12-05): the next steps
-# of issue 36 move these behind Operations. Access (tokens, sessions) is the web's own
-# authentication, not an operation.
+# Where the interfaces still reach below the operations layer (2026-12-05). What is left is
+# of four kinds: the composition roots building what they inject (cli/common, web/server:
+# wiring, the store); the web's own authentication (access: tokens, sessions), which is
+# not an operation; the GPU node's own commands (cli/gpu, cli/topology, cli/cluster), whose
+# layer is factory/gpu/ and the worker processes, not the job lifecycle; and reading a
+# manifest file or a store on the operator's disk (cli/main, cli/forecast, cli/gc, cli/qc,
+# cli/redo's plan text, cli/schema's migrations). The web console and API reach nothing but
+# access.
 KNOWN: dict[str, set[str]] = {
     "factory.cli.cluster": {
         "factory.generate.devices",
@@ -50,12 +55,7 @@ KNOWN: dict[str, set[str]] = {
         "factory.store",
         "factory.store.assets",
     },
-    "factory.cli.main": {
-        "factory.manifest",
-        "factory.pipeline.context",
-        "factory.pipeline.runner",
-        "factory.store",
-    },
+    "factory.cli.main": {"factory.manifest", "factory.store"},
     "factory.cli.qc": {"factory.qc.check_file"},
     "factory.cli.redo": {"factory.plan.redo"},
     "factory.cli.schema": {"factory.db", "factory.db.migrate", "factory.db.session"},
@@ -71,23 +71,8 @@ KNOWN: dict[str, set[str]] = {
     "factory.web.api": {"factory.access"},
     "factory.web.server": {"factory.access", "factory.wiring", "factory.store"},
     "factory.web.auth": {"factory.access"},
-    "factory.web.console": {
-        "factory.access",
-        "factory.media.presets",
-        "factory.qc.seams",
-        "factory.qc.thresholds",
-    },
+    "factory.web.console": {"factory.access"},
     "factory.web.guard": {"factory.access"},
-    "factory.web.media": {
-        "factory.media.frames",
-        "factory.media.presets",
-        "factory.pipeline",
-        "factory.pipeline.files",
-        "factory.qc.pictures",
-        "factory.store",
-        "factory.store.base",
-        "factory.store.keys",
-    },
 }
 
 
