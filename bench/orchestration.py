@@ -36,26 +36,17 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.integration.cluster import Cluster, new_cluster  # noqa: E402
+from tests.integration.cluster import manifest as cluster_manifest  # noqa: E402
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 
 
 def manifest(path: Path, jobs: int, segments: int, seconds: float, batch: str = "orch") -> Path:
+    """JOBS videos (j0, j1, ...) of SEGMENTS `timed` segments of SECONDS each, at 64x64."""
     frames = 8 + (segments - 1) * 6  # segments of 8 frames, overlap 2
-    lines = [
-        f"batch: {batch}",
-        "defaults:",
-        f"  duration: {frames / 8}",
-        "  fps: 8",
-        "  resolution: 64x64",
-        "  segment: {frames: 8, overlap: 2}",
-        "  renditions: [compat]",
-        f"  model: {{family: timed, seconds_per_segment: {seconds}}}",
-        "videos:",
-    ]
-    lines += [f"  - {{id: j{i}, prompt: 'job {i}'}}" for i in range(jobs)]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    prompts = [f"job {i}" for i in range(jobs)]
+    return cluster_manifest(path, batch, prompts, seconds, duration=frames / 8,
+                            resolution="64x64", renditions=("compat",), id_prefix="j")  # fmt: skip
 
 
 def overheads(cluster: Cluster, job_ids: list[str], seconds: float) -> list[float]:

@@ -79,23 +79,17 @@ class S3Stand:
     s3_port: int = field(default_factory=free_port)
     gateway_port: int = field(default_factory=free_port)
     moto: subprocess.Popen | None = None
+    # The folders below root: the deployed certificates; the CA's keys (ca.key,
+    # intermediate.key and the signing databases: never mounted anywhere); the same two of
+    # a brand-new CA, apart.
+    certs: Path = field(init=False)
+    ca_dir: Path = field(init=False)
+    other_certs: Path = field(init=False)
+    other_ca_dir: Path = field(init=False)
 
-    @property
-    def certs(self) -> Path:
-        return self.root / "certs"
-
-    @property
-    def ca_dir(self) -> Path:
-        """ca.key, intermediate.key and the signing databases: never mounted anywhere."""
-        return self.root / "ca"
-
-    @property
-    def other_certs(self) -> Path:
-        return self.root / "other-ca"
-
-    @property
-    def other_ca_dir(self) -> Path:
-        return self.root / "other-ca-keys"
+    def __post_init__(self) -> None:
+        self.certs, self.ca_dir = self.root / "certs", self.root / "ca"
+        self.other_certs, self.other_ca_dir = self.root / "other-ca", self.root / "other-ca-keys"
 
     @property
     def endpoint(self) -> str:

@@ -78,38 +78,39 @@ def _flow_unipc():
     )
 
 
-def save_skyreels_df(folder: Path) -> Path:
+def _wan_parts() -> dict:
+    """The tokenizer, UMT5 text encoder and Wan VAE of the Wan-based families, made in this
+    order from seed 0: the transformer made next continues the same random stream."""
     import torch
-    from diffusers import SkyReelsV2DiffusionForcingPipeline, SkyReelsV2Transformer3DModel
 
     tok = tokenizer()
     text_encoder = _umt5(tok)
     torch.manual_seed(0)
-    vae = _wan_vae()
+    return dict(tokenizer=tok, text_encoder=text_encoder, vae=_wan_vae())
+
+
+def save_skyreels_df(folder: Path) -> Path:
+    from diffusers import SkyReelsV2DiffusionForcingPipeline, SkyReelsV2Transformer3DModel
+
+    parts = _wan_parts()
     transformer = SkyReelsV2Transformer3DModel(num_layers=2, **_WAN_TRANSFORMER).eval()
-    SkyReelsV2DiffusionForcingPipeline(
-        tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer,
-        scheduler=_flow_unipc(),
-    ).save_pretrained(folder)  # fmt: skip
+    pipe = SkyReelsV2DiffusionForcingPipeline(
+        transformer=transformer, scheduler=_flow_unipc(), **parts
+    )
+    pipe.save_pretrained(folder)
     return folder
 
 
 def save_wan_vace(folder: Path) -> Path:
-    import torch
     from diffusers import WanVACEPipeline, WanVACETransformer3DModel
 
-    tok = tokenizer()
-    text_encoder = _umt5(tok)
-    torch.manual_seed(0)
-    vae = _wan_vae()
+    parts = _wan_parts()
     # VACE's control input: 2 x 16 latent channels (kept and generated parts) + 64 mask values.
     transformer = WanVACETransformer3DModel(
         num_layers=3, vace_layers=[0, 2], vace_in_channels=96, **_WAN_TRANSFORMER
     ).eval()
-    WanVACEPipeline(
-        tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer,
-        scheduler=_flow_unipc(),
-    ).save_pretrained(folder)  # fmt: skip
+    pipe = WanVACEPipeline(transformer=transformer, scheduler=_flow_unipc(), **parts)
+    pipe.save_pretrained(folder)
     return folder
 
 
@@ -157,7 +158,6 @@ def save_helios(folder: Path, variant: str = "distilled") -> Path:
     """Helios base (HeliosPipeline), mid (pyramid, CFG-Zero*) or distilled (pyramid, DMD).
     gamma 0.25, not the released 1/3: with 1/3 the pyramid's block-noise covariance is singular
     and its Cholesky factorisation fails on the CPU (CUDA's accepts it)."""
-    import torch
     from diffusers import (
         HeliosDMDScheduler,
         HeliosPipeline,
@@ -166,16 +166,12 @@ def save_helios(folder: Path, variant: str = "distilled") -> Path:
         HeliosTransformer3DModel,
     )
 
-    tok = tokenizer()
-    text_encoder = _umt5(tok)
-    torch.manual_seed(0)
-    vae = _wan_vae()
-    transformer = HeliosTransformer3DModel(
+    parts = _wan_parts()
+    parts["transformer"] = HeliosTransformer3DModel(
         patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=12, in_channels=16,
         out_channels=16, text_dim=32, freq_dim=256, ffn_dim=32, num_layers=2,
         rope_dim=(4, 4, 4),
     ).eval()  # fmt: skip
-    parts = dict(tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer)
     if variant == "base":
         HeliosPipeline(scheduler=HeliosScheduler(stages=1, stage_range=[0, 1]), **parts)\
             .save_pretrained(folder)  # fmt: skip
@@ -191,17 +187,13 @@ def save_helios(folder: Path, variant: str = "distilled") -> Path:
 def save_anyflow_far(folder: Path, window: int = 48) -> Path:
     """AnyFlow-FAR tuned (its `chunk_partition`) for `window` latent frames per call in chunks
     of 3 after a first frame, like the released 1,3,3,3,3,3,3,2 (21)."""
-    import torch
     from diffusers import (
         AnyFlowFARPipeline,
         AnyFlowFARTransformer3DModel,
         FlowMapEulerDiscreteScheduler,
     )
 
-    tok = tokenizer()
-    text_encoder = _umt5(tok)
-    torch.manual_seed(0)
-    vae = _wan_vae()
+    parts = _wan_parts()
     threes, rest = divmod(window - 1, 3)
     partition = (1,) + (3,) * threes + ((rest,) if rest else ())
     transformer = AnyFlowFARTransformer3DModel(
@@ -211,9 +203,10 @@ def save_anyflow_far(folder: Path, window: int = 48) -> Path:
         chunk_partition=partition,
     ).eval()  # fmt: skip
     AnyFlowFARPipeline(
-        tokenizer=tok, text_encoder=text_encoder, vae=vae, transformer=transformer,
+        transformer=transformer,
         scheduler=FlowMapEulerDiscreteScheduler(num_train_timesteps=1000, shift=5.0),
-    ).save_pretrained(folder)  # fmt: skip
+        **parts,
+    ).save_pretrained(folder)
     return folder
 
 

@@ -164,28 +164,38 @@ def new_cluster(tmp_path: Path, database_url: str, broker: str = BROKER) -> Clus
 def manifest(
     path: Path,
     batch: str,
-    videos: int,
+    videos: int | list[str],
     seconds_per_segment: float | None = None,
     duration: float = 6,
     audio: str | None = None,
+    *,
+    resolution: str = "96x64",
+    segment: tuple[int, int] = (8, 2),
+    renditions: tuple[str, ...] = ("mobile", "compat"),
+    id_prefix: str = "v",
 ) -> Path:
+    """A manifest of videos at 8 fps, written to PATH: VIDEOS is their prompts, or how many
+    (prompts `scene number N`), with ids ID_PREFIX + N; SEGMENT is (frames, overlap); the
+    model is `timed` at SECONDS_PER_SEGMENT, or procedural without."""
+    prompts = [f"scene number {i}" for i in range(videos)] if isinstance(videos, int) else videos
     model = (
         f"{{family: timed, seconds_per_segment: {seconds_per_segment}}}"
-        if seconds_per_segment
+        if seconds_per_segment is not None
         else "procedural"
     )
+    frames, overlap = segment
     lines = [
         f"batch: {batch}",
         "defaults:",
         f"  duration: {duration}",
         "  fps: 8",
-        "  resolution: 96x64",
-        "  segment: {frames: 8, overlap: 2}",
-        "  renditions: [mobile, compat]",
+        f"  resolution: {resolution}",
+        f"  segment: {{frames: {frames}, overlap: {overlap}}}",
+        f"  renditions: [{', '.join(renditions)}]",
         f"  model: {model}",
         *([f"  audio: {{asset: '{audio}'}}"] if audio else []),
         "videos:",
     ]
-    lines += [f"  - {{id: v{i}, prompt: 'scene number {i}'}}" for i in range(videos)]
+    lines += [f"  - {{id: {id_prefix}{i}, prompt: '{p}'}}" for i, p in enumerate(prompts)]
     path.write_text("\n".join(lines) + "\n")
     return path

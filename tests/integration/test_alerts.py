@@ -45,6 +45,18 @@ class Receiver:
         return [json.loads(body) for _, body in self.requests]
 
 
+def write_manifest(path: Path, head: str, duration: int, videos: list[str]) -> Path:
+    """HEAD (the batch, its review), then VIDEOS (each a flow mapping's inside) at 8 fps,
+    96x64, in segments of 8 frames overlapping by 2, delivered as the mobile rendition."""
+    defaults = (
+        f"{{duration: {duration}, fps: 8, resolution: 96x64, "
+        "segment: {frames: 8, overlap: 2}, renditions: [mobile]}"
+    )
+    listed = "".join(f"  - {{{video}}}\n" for video in videos)
+    path.write_text(f"{head}\ndefaults: {defaults}\nvideos:\n{listed}")
+    return path
+
+
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     made = Receiver([503])  # the first delivery attempt fails
@@ -53,13 +65,9 @@ def receiver() -> Iterator[Receiver]:
 
 
 def test_failure_and_batch_completion_alerts(tmp_path: Path, receiver: Receiver) -> None:
-    manifest = tmp_path / "m.yaml"
-    manifest.write_text(
-        "batch: alerting\ndefaults: {duration: 3, fps: 8, resolution: 96x64, "
-        "segment: {frames: 8, overlap: 2}, renditions: [mobile]}\nvideos:\n"
-        "  - {id: ok, prompt: 'a harbor'}\n"
-        "  - {id: broken, prompt: 'a forest', audio: {asset: beds/broken.ogg}}\n"
-    )
+    videos = ["id: ok, prompt: 'a harbor'",
+              "id: broken, prompt: 'a forest', audio: {asset: beds/broken.ogg}"]  # fmt: skip
+    manifest = write_manifest(tmp_path / "m.yaml", "batch: alerting", 3, videos)
     not_audio = tmp_path / "broken.ogg"  # exists (submit checks that), but fails in mux
     not_audio.write_bytes(b"this is not an ogg file" * 100)
     env = {
@@ -136,12 +144,8 @@ def test_a_redirect_is_not_followed_so_the_token_goes_nowhere_else() -> None:
 
 
 def test_a_batch_waiting_for_review_is_announced_once(tmp_path: Path, receiver: Receiver) -> None:
-    manifest = tmp_path / "m.yaml"
-    manifest.write_text(
-        "batch: reviewing\nreview: required\ndefaults: {duration: 2, fps: 8, resolution: 96x64, "
-        "segment: {frames: 8, overlap: 2}, renditions: [mobile]}\nvideos:\n"
-        "  - {id: a, prompt: 'a harbor'}\n  - {id: b, prompt: 'a forest'}\n"
-    )
+    videos = ["id: a, prompt: 'a harbor'", "id: b, prompt: 'a forest'"]
+    manifest = write_manifest(tmp_path / "m.yaml", "batch: reviewing\nreview: required", 2, videos)
     env = {**embedded_env(tmp_path / "home"), "FACTORY_WEBHOOK_URL": receiver.url,
            "FACTORY_WEBHOOK_BACKOFF": "0.1"}  # fmt: skip
     done = run_cli("run", str(manifest), env=env, timeout=300)

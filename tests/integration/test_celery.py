@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -157,27 +157,38 @@ def test_two_sweepers_claim_each_stale_job_once(cluster: Cluster, tmp_path: Path
     assert "resumed 0" in third.stdout, third.stdout
 
 
-def test_redis_flushall_mid_batch_loses_no_job(own_servers: OwnServers, tmp_path: Path):
+def no_job_lost_to_an_outage(
+    own_servers: OwnServers,
+    tmp_path: Path,
+    batch: str,
+    videos: int,
+    after: int,
+    outage: Callable[[], None],
+    timeout: float = 240,
+) -> None:
+    """A batch of VIDEOS timed jobs on two GPU workers; once the first job has made AFTER
+    segments, OUTAGE strikes the cluster's own servers; every job is done all the same."""
     cluster = own_servers.cluster
-    path = manifest(tmp_path / "m.yaml", "flush", videos=3, seconds_per_segment=0.3, duration=8)
+    path = manifest(tmp_path / "m.yaml", batch, videos=videos, seconds_per_segment=0.3, duration=8)
     cluster.start_workers(gpus=2)
     ids = cluster.submit(path)
-    cluster.wait_segments(ids[0], 3)
-    redis.Redis.from_url(own_servers.redis.url()).flushall()
-    jobs = cluster.wait_done(ids)
+    cluster.wait_segments(ids[0], after)
+    outage()
+    jobs = cluster.wait_done(ids, timeout=timeout)
     errors = [(j.job_id, j.last_error) for j in jobs if j.stage is not Stage.DONE]
-    assert [j.stage for j in jobs] == [Stage.DONE] * 3, f"{errors}\n{cluster.logs()}"
+    assert [j.stage for j in jobs] == [Stage.DONE] * videos, f"{errors}\n{cluster.logs()}"
+
+
+def test_redis_flushall_mid_batch_loses_no_job(own_servers: OwnServers, tmp_path: Path):
+    def flushall() -> None:
+        redis.Redis.from_url(own_servers.redis.url()).flushall()
+
+    no_job_lost_to_an_outage(own_servers, tmp_path, "flush", videos=3, after=3, outage=flushall)
 
 
 def test_a_postgres_restart_mid_batch_loses_no_job(own_servers: OwnServers, tmp_path: Path):
-    cluster = own_servers.cluster
-    path = manifest(tmp_path / "m.yaml", "pgdown", videos=2, seconds_per_segment=0.3, duration=8)
-    cluster.start_workers(gpus=2)
-    ids = cluster.submit(path)
-    cluster.wait_segments(ids[0], 2)
-    own_servers.postgres.restart()
-    jobs = cluster.wait_done(ids, timeout=300)
-    assert [j.stage for j in jobs] == [Stage.DONE] * 2, cluster.logs()
+    no_job_lost_to_an_outage(own_servers, tmp_path, "pgdown", videos=2, after=2,
+                             outage=own_servers.postgres.restart, timeout=300)  # fmt: skip
 
 
 def test_flower_answers_and_lists_the_workers_with_its_password_nowhere_in_sight(
@@ -216,16 +227,13 @@ def test_flower_answers_and_lists_the_workers_with_its_password_nowhere_in_sight
 
 
 def test_a_redis_restart_mid_batch_loses_no_job(own_servers: OwnServers, tmp_path: Path):
-    cluster = own_servers.cluster
-    path = manifest(tmp_path / "m.yaml", "rrestart", videos=2, seconds_per_segment=0.3, duration=8)
-    cluster.start_workers(gpus=2)
-    ids = cluster.submit(path)
-    cluster.wait_segments(ids[0], 2)
-    own_servers.redis.stop()  # killed: nothing saved, every connection cut
-    time.sleep(1)
-    own_servers.redis.start()  # back on the same port, empty
-    jobs = cluster.wait_done(ids, timeout=300)
-    assert [j.stage for j in jobs] == [Stage.DONE] * 2, cluster.logs()
+    def restart() -> None:
+        own_servers.redis.stop()  # killed: nothing saved, every connection cut
+        time.sleep(1)
+        own_servers.redis.start()  # back on the same port, empty
+
+    no_job_lost_to_an_outage(own_servers, tmp_path, "rrestart", videos=2, after=2,
+                             outage=restart, timeout=300)  # fmt: skip
 
 
 def test_a_graceful_shutdown_hands_the_job_back_at_once(cluster: Cluster, tmp_path: Path):

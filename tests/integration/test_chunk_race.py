@@ -20,19 +20,7 @@ import pytest
 from factory.media.probe import video_packet_digests
 from factory.plan.chunks import plan_chunks
 from factory.stages import Stage
-from tests.integration.cluster import Cluster
-
-MANIFEST = """batch: race
-defaults:
-  duration: 2
-  fps: 8
-  resolution: 480x288
-  segment: {frames: 16, overlap: 4}
-  renditions: [mobile, compat]
-  model: procedural
-videos:
-  - {id: v0, prompt: 'a red kite over a green hill'}
-"""  # one segment, one chunk: the last chunk is the only one
+from tests.integration.cluster import Cluster, manifest
 
 
 def _encoding(cluster: Cluster, names: list[str]) -> str | None:
@@ -59,7 +47,9 @@ def test_the_measurement_qc_uses_is_of_the_chunk_bytes_delivered(
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         pytest.skip("needs two CPUs: workers on the same CPUs encode the same bytes")
-    (tmp_path / "m.yaml").write_text(MANIFEST)
+    # One segment, one chunk: the last chunk is the only one.
+    path = manifest(tmp_path / "m.yaml", "race", ["a red kite over a green hill"], duration=2,
+                    resolution="480x288", segment=(16, 4))  # fmt: skip
     cluster.start("gpu0", "worker", "--gpu", "0")
     cluster.start("fast", "worker", "--cpu", "--concurrency", "1")
     os.sched_setaffinity(0, cpus[:1])  # the other CPU worker has one CPU (inherited)
@@ -68,7 +58,7 @@ def test_the_measurement_qc_uses_is_of_the_chunk_bytes_delivered(
     finally:
         os.sched_setaffinity(0, cpus)
     cluster.wait_for_workers(3)
-    (job_id,) = cluster.submit(tmp_path / "m.yaml")
+    (job_id,) = cluster.submit(path)
     machine = cluster.factory().jobs
     store = cluster.home / "store"
     measured = store / "race" / "v0" / "chunks" / "qc"

@@ -103,21 +103,22 @@ def test_nightly_without_the_env_file_refuses_and_submits_nothing(night: dict[st
 
 
 @pytest.mark.parametrize(
-    ("change", "named"),
+    ("named", "value"),
     [
-        ({"FACTORY_DATABASE_URL": ""}, "FACTORY_DATABASE_URL"),
-        ({"FACTORY_DATABASE_URL": "sqlite:///{home}/factory.db"}, "FACTORY_DATABASE_URL"),
-        ({"FACTORY_STORE_URL": "file://{home}/store"}, "FACTORY_STORE_URL"),
-        ({"FACTORY_STORE_URL": ""}, "FACTORY_STORE_URL"),
-        ({"FACTORY_BROKER_URL": ""}, "FACTORY_BROKER_URL"),
+        ("FACTORY_DATABASE_URL", ""),
+        ("FACTORY_DATABASE_URL", "sqlite:///{home}/factory.db"),
+        ("FACTORY_STORE_URL", "file://{home}/store"),
+        ("FACTORY_STORE_URL", ""),
+        ("FACTORY_BROKER_URL", ""),
     ],
     ids=["no-database", "sqlite", "file-store", "no-store", "no-broker"],
 )
 def test_nightly_on_a_production_host_refuses_the_embedded_factory(
-    night: dict[str, Path], change: dict[str, str], named: str
+    night: dict[str, Path], named: str, value: str
 ) -> None:
+    """NAMED set to VALUE (the embedded factory's, or none) in the env file: refused, by name."""
     values = {"FACTORY_PRODUCTION": "1", "FACTORY_HOME": str(night["home"]), **PRODUCTION_READY}
-    values |= {k: v.format(home=night["home"]) for k, v in change.items()}
+    values[named] = value.format(home=night["home"])
     env_file = _write_env(night["root"] / "factory.env", values)
     done = _nightly(night, {"FACTORY_ENV_FILE": str(env_file)})
     assert done.returncode != 0
@@ -262,6 +263,17 @@ def _make_certs(certs: Path, ca: Path, *args: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def _gateway_pki(tmp_path: Path, pki: str, host: str) -> tuple[Path, Path]:
+    """For a test that runs nginx (and fails at once without it): a CA with its keys in
+    tmp_path/ca, and the gateway's server certificate for HOST, in tmp_path/PKI."""
+    if shutil.which("nginx") is None:
+        pytest.fail("nginx is not installed; `scripts/test` installs nginx-light", pytrace=False)
+    ca, certs = tmp_path / "ca", tmp_path / pki
+    _make_certs(certs, ca, "ca")
+    _make_certs(certs, ca, "server", "gateway", "--host", host)
+    return ca, certs
+
+
 def _utc(seconds: int) -> str:
     at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=seconds)
     return at.strftime("%Y%m%d%H%M%SZ")
@@ -318,11 +330,7 @@ def _client_status(port: int, certs: Path) -> tuple[int, str]:
 
 
 def test_renew_crl_runs_from_cron_and_the_gateway_takes_the_new_crl(tmp_path: Path) -> None:
-    if shutil.which("nginx") is None:
-        pytest.fail("nginx is not installed; `scripts/test` installs nginx-light", pytrace=False)
-    ca, certs = tmp_path / "ca", tmp_path / "certs"
-    _make_certs(certs, ca, "ca")
-    _make_certs(certs, ca, "server", "gateway", "--host", "127.0.0.1")
+    ca, certs = _gateway_pki(tmp_path, "certs", "127.0.0.1")
     _make_certs(certs, ca, "client", "worker")
     _make_certs(certs, ca, "crl", "--start", _utc(-2 * 86400), "--end", _utc(-86400))  # expired
     port = _free_port()
@@ -595,11 +603,7 @@ def test_the_bare_metal_gateway_is_the_compose_gateway_at_local_addresses() -> N
 
 
 def test_the_bare_metal_gateway_config_passes_nginx_t(tmp_path: Path) -> None:
-    if shutil.which("nginx") is None:
-        pytest.fail("nginx is not installed; `scripts/test` installs nginx-light", pytrace=False)
-    ca, certs = tmp_path / "ca", tmp_path / "pki"
-    _make_certs(certs, ca, "ca")
-    _make_certs(certs, ca, "server", "gateway", "--host", "localhost")
+    _, certs = _gateway_pki(tmp_path, "pki", "localhost")
     user = "\nuser root root;" if os.geteuid() == 0 else ""
     swaps = {
         "/etc/factory/pki/": f"{certs}/",

@@ -15,11 +15,13 @@ import pytest
 from factory.errors import PermanentError
 from factory.generate import MemoryPolicy, SegmentSpec, make_generator, text_encoding
 from factory.generate.diffusers_backend import check_model_dir
+from factory.job import Job
 from factory.manifest import parse_manifest
 from factory.ops.submit import submit
 from factory.pipeline.generate import generate_segment
 from factory.spec import ModelChoice
 from factory.store import keys
+from factory.wiring import Factory
 from tests.conftest import REPO, run_cli_here
 from tests.integration.test_pipeline import home_env as plain_home_env
 from tests.integration.test_pipeline import in_process
@@ -70,18 +72,45 @@ def segment_digests(home: Path, batch: str) -> list[str]:
     return [hashlib.sha256(p.read_bytes()).hexdigest() for p in segments]
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
-    tmp_path: Path, model_dirs: dict[str, Path], family: str
-):
+def run_chain(tmp_path: Path, text: str, job_id: str) -> tuple[Factory, Job, dict[str, str]]:
+    """`factory run` of the manifest TEXT in a fresh home below TMP_PATH: the job JOB_ID went
+    through all 4 of its segments and passed QC. The factory, the job and the env it ran in."""
     path = tmp_path / "m.yaml"
-    path.write_text(manifest(model_dirs[family], family))
+    path.write_text(text)
     env = home_env(tmp_path / "home")
     done = run_cli_here("run", str(path), env=env, timeout=900)
     assert done.returncode == 0, done.stderr + done.stdout
     factory, _ = in_process(tmp_path / "home")
-    job = factory.jobs.get("df.chain")
+    job = factory.jobs.get(job_id)
     assert job.progress["segments"] == [0, 1, 2, 3] and job.progress["qc"]["passed"] is True
+    return factory, job, env
+
+
+def resumed_digests(tmp_path: Path, text: str) -> list[list[str]]:
+    """The segment digests of the manifest TEXT (batch df), made twice: by one worker, and
+    with a cold worker taking over at segment 2 (a new generator, no warm tail: what it
+    continues from comes from the store)."""
+    digests = []
+    for name, crash_after in (("whole", None), ("resumed", 2)):
+        factory, ctx = in_process(tmp_path / name)
+        job = submit(parse_manifest(text), factory.jobs, None).jobs[0]
+        job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="a")
+        warm = None
+        for index in range(4):
+            if index == crash_after:
+                _, ctx = in_process(tmp_path / name)
+                job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="b")
+                warm = None
+            job, warm = generate_segment(ctx, job, warm)
+        digests.append(segment_digests(tmp_path / name, "df"))
+    return digests
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
+    tmp_path: Path, model_dirs: dict[str, Path], family: str
+):
+    factory, job, env = run_chain(tmp_path, manifest(model_dirs[family], family), "df.chain")
     assert (tmp_path / "home" / "store" / "df" / "chain" / "out" / "mobile.mp4").is_file()
     segments = [e for e in factory.jobs.events("df.chain") if e.event == "segment.done"]
     assert {e.detail["attention"] for e in segments} == {"native"}  # chosen and recorded
@@ -103,20 +132,7 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
 def test_a_resumed_job_makes_the_same_frames(
     tmp_path: Path, model_dirs: dict[str, Path], family: str
 ):
-    digests = []
-    for name, crash_after in (("whole", None), ("resumed", 2)):
-        factory, ctx = in_process(tmp_path / name)
-        spec = parse_manifest(manifest(model_dirs[family], family))
-        job = submit(spec, factory.jobs, None).jobs[0]
-        job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="a")
-        warm = None
-        for index in range(4):
-            if index == crash_after:  # a cold worker takes over: new generator, no warm tail
-                _, ctx = in_process(tmp_path / name)
-                job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="b")
-                warm = None
-            job, warm = generate_segment(ctx, job, warm)
-        digests.append(segment_digests(tmp_path / name, "df"))
+    digests = resumed_digests(tmp_path, manifest(model_dirs[family], family))
     assert len(digests[0]) == 4 and digests[0] == digests[1]
 
 

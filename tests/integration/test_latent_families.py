@@ -24,8 +24,7 @@ from factory.media.stitch import stitch
 from factory.plan.segments import plan_segments
 from factory.store import keys
 from tests.conftest import REPO, run_cli_here
-from tests.integration.test_diffusers import home_env
-from tests.integration.test_pipeline import in_process
+from tests.integration.test_diffusers import home_env, resumed_digests, run_chain
 from tests.integration.test_redo import attempts_of
 from tests.latent_segments import (
     JOB_SEED,
@@ -204,14 +203,8 @@ def latent_manifest(model_dir: Path, variant: str, batch: str = "lat") -> str:
 def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
     tmp_path: Path, model_dirs: dict[str, Path], variant: str
 ):
-    path = tmp_path / "m.yaml"
-    path.write_text(latent_manifest(model_dirs[variant], variant))
-    env = home_env(tmp_path / "home")
-    done = run_cli_here("run", str(path), env=env, timeout=900)
-    assert done.returncode == 0, done.stderr + done.stdout
-    factory, _ = in_process(tmp_path / "home")
-    job = factory.jobs.get("lat.chain")
-    assert job.progress["segments"] == [0, 1, 2, 3] and job.progress["qc"]["passed"] is True
+    text = latent_manifest(model_dirs[variant], variant)
+    factory, job, env = run_chain(tmp_path, text, "lat.chain")
     store = tmp_path / "home" / "store" / "lat" / "chain"
     assert (store / "out" / "mobile.mp4").is_file()
     carries = sorted(p.name for p in (store / "segments").glob("*.carry.safetensors"))
@@ -229,24 +222,8 @@ def test_a_four_segment_chain_goes_through_stitch_encode_and_qc(
 def test_a_resumed_job_makes_the_same_frames_through_the_factory(
     tmp_path: Path, model_dirs: dict[str, Path]
 ):
-    from factory.ops.submit import submit
-    from factory.pipeline.generate import generate_segment
-    from tests.integration.test_diffusers import segment_digests
-
-    digests = []
     text = latent_manifest(model_dirs["helios-distilled"], "helios-distilled", batch="df")
-    for name, crash_after in (("whole", None), ("resumed", 2)):
-        factory, ctx = in_process(tmp_path / name)
-        job = submit(parse_manifest(text), factory.jobs, None).jobs[0]
-        job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="a")
-        warm = None
-        for index in range(4):
-            if index == crash_after:  # a cold worker: new generator, carry from the store
-                _, ctx = in_process(tmp_path / name)
-                job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="b")
-                warm = None
-            job, warm = generate_segment(ctx, job, warm)
-        digests.append(segment_digests(tmp_path / name, "df"))
+    digests = resumed_digests(tmp_path, text)  # the cold worker continues the stored carry
     assert len(digests[0]) == 4 and digests[0] == digests[1]
 
 

@@ -10,6 +10,7 @@ from sqlalchemy import inspect, text
 from factory.db import migrate
 from factory.db.models import metadata
 from factory.db.session import Database
+from factory.db.state import JobStateMachine
 from factory.errors import SchemaNotReady
 
 pytestmark = pytest.mark.fast  # in-process, seconds: part of `scripts/test --fast`
@@ -114,18 +115,31 @@ def _old_job(database: Database, stage: str, attempt: int, progress: dict) -> No
         )
 
 
+def _upgraded_old_job(
+    any_url: str, before: str, stage: str, attempt: int, progress: dict
+) -> tuple[Database, JobStateMachine]:
+    """Job `old.v` (_old_job) written at revision BEFORE, then the database upgraded to head."""
+    database = Database(any_url)
+    migrate.upgrade(database, before)
+    _old_job(database, stage, attempt, progress)
+    migrate.upgrade(database)
+    return database, JobStateMachine(database)
+
+
+def _progress_downgraded(database: Database, revision: str) -> dict:
+    """The one job's progress as it is in the database after a downgrade to REVISION."""
+    import json
+
+    migrate.downgrade(database, revision)
+    with database.transaction() as conn:
+        raw = conn.execute(text("SELECT progress FROM jobs")).scalar_one()
+    return json.loads(raw) if isinstance(raw, str) else raw
+
+
 def test_0005_moves_per_segment_records_out_of_progress_and_back(any_url: str):
     """A job made before 0005 keeps every segment's record: as rows after the upgrade (its
     progress slimmed), back in its progress after a downgrade."""
-    import json
-
-    from factory.db.state import JobStateMachine
-
-    database = Database(any_url)
-    migrate.upgrade(database, "0004")
-    _old_job(database, "generate", 4, LEGACY_PROGRESS)
-    migrate.upgrade(database)
-    machine = JobStateMachine(database)
+    database, machine = _upgraded_old_job(any_url, "0004", "generate", 4, LEGACY_PROGRESS)
     made = machine.segments("old.v")
     assert [(r.index, r.attempt, r.seconds) for r in made.values()] == [(0, 3, 1.5), (1, 4, 2.5)]
     assert made[0].colour == {"spread": 40.0} and made[0].seam is None
@@ -133,10 +147,7 @@ def test_0005_moves_per_segment_records_out_of_progress_and_back(any_url: str):
     progress = machine.get("old.v").progress
     assert not {"segment_seconds", "segment_attempts", "colour", "seams"} & progress.keys()
     assert progress["segments"] == [0, 1]
-    migrate.downgrade(database, "0004")
-    with database.transaction() as conn:
-        raw = conn.execute(text("SELECT progress FROM jobs")).scalar_one()
-    restored = json.loads(raw) if isinstance(raw, str) else raw
+    restored = _progress_downgraded(database, "0004")
     for key in ("segment_seconds", "segment_attempts", "colour", "seams"):
         assert restored[key] == LEGACY_PROGRESS[key], key
     database.dispose()
@@ -193,15 +204,7 @@ def test_0007_moves_delivered_versions_into_rows_and_back(any_url: str):
     """A job delivered (and redone) before 0007 keeps its versions: as job_versions rows with
     `jobs.version` at the published one after the upgrade, back in its progress after a
     downgrade."""
-    import json
-
-    from factory.db.state import JobStateMachine
-
-    database = Database(any_url)
-    migrate.upgrade(database, "0006")
-    _old_job(database, "done", 9, DELIVERED_BEFORE_0007)
-    migrate.upgrade(database)
-    machine = JobStateMachine(database)
+    database, machine = _upgraded_old_job(any_url, "0006", "done", 9, DELIVERED_BEFORE_0007)
     job = machine.get("old.v")
     assert job.version == 2
     assert not {"deliver", "versions"} & job.progress.keys()
@@ -215,10 +218,7 @@ def test_0007_moves_delivered_versions_into_rows_and_back(any_url: str):
     assert machine.current_versions(["old.v"])["old.v"].outputs == {
         "mobile": "file:///s/old/v/v2/out/mobile.mp4"
     }
-    migrate.downgrade(database, "0006")
-    with database.transaction() as conn:
-        raw = conn.execute(text("SELECT progress FROM jobs")).scalar_one()
-    restored = json.loads(raw) if isinstance(raw, str) else raw
+    restored = _progress_downgraded(database, "0006")
     assert restored["deliver"] == DELIVERED_BEFORE_0007["deliver"]
     assert [v["version"] for v in restored["versions"]] == [1, 2]
     assert restored["versions"][1]["reason"] == "a gull"

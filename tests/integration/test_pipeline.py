@@ -123,12 +123,6 @@ videos:
 """
 
 
-def start_run(manifest: Path, env: dict[str, str]) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "factory", "run", str(manifest)],
-                            env={**os.environ, **env}, cwd=REPO, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-
-
 def wait_for_segments(home: Path, job_id: str, count: int, timeout: float = 60) -> int:
     factory = Factory.open(Settings.from_env(home_env(home)))
     deadline = time.monotonic() + timeout
@@ -143,12 +137,24 @@ def wait_for_segments(home: Path, job_id: str, count: int, timeout: float = 60) 
     raise AssertionError(f"{job_id} did not reach {count} segments")
 
 
-def test_a_writer_killed_mid_segment_costs_only_that_segment(tmp_path: Path):
+def run_under_way(
+    tmp_path: Path, segments: int
+) -> tuple[Path, dict[str, str], Path, subprocess.Popen]:
+    """`factory run` of TIMED (job crash.slow) in a fresh home below TMP_PATH, started in the
+    background and left running once SEGMENTS segments are recorded: the home, its env, the
+    manifest and the process."""
     home = tmp_path / "home"
     env = home_env(home)
     manifest = write_manifest(tmp_path / "crash.yaml", TIMED)
-    proc = start_run(manifest, env)
-    wait_for_segments(home, "crash.slow", 3)
+    proc = subprocess.Popen([sys.executable, "-m", "factory", "run", str(manifest)],
+                            env={**os.environ, **env}, cwd=REPO, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+    wait_for_segments(home, "crash.slow", segments)
+    return home, env, manifest, proc
+
+
+def test_a_writer_killed_mid_segment_costs_only_that_segment(tmp_path: Path):
+    home, env, manifest, proc = run_under_way(tmp_path, 3)
     time.sleep(0.3)  # well inside the next segment
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -170,11 +176,7 @@ def test_a_writer_killed_mid_segment_costs_only_that_segment(tmp_path: Path):
 
 
 def test_cancel_stops_the_run_at_the_next_checkpoint(tmp_path: Path):
-    home = tmp_path / "home"
-    env = home_env(home)
-    manifest = write_manifest(tmp_path / "crash.yaml", TIMED)
-    proc = start_run(manifest, env)
-    wait_for_segments(home, "crash.slow", 2)
+    home, env, _, proc = run_under_way(tmp_path, 2)
     cancelled = run_cli_here("cancel", "crash.slow", "--reason", "wrong prompt", env=env)
     assert cancelled.returncode == 0, cancelled.stderr
     _, stderr = proc.communicate(timeout=60)

@@ -21,27 +21,17 @@ from factory.qc.seams import WINDOW, score_seam
 from factory.store import keys
 from tasks.celery_app import app
 from tasks.dispatch import send_segment
-from tests.integration.cluster import BROKER, Cluster
-
-MANIFEST = """batch: warm
-defaults:
-  duration: 8
-  fps: 8
-  resolution: 96x64
-  segment: {frames: 16, overlap: 4}
-  renditions: [mobile]
-  model: {family: timed, seconds_per_segment: 1.0}
-videos:
-  - {id: v0, prompt: 'a lighthouse on a cliff at dusk'}
-"""  # 64 frames: 5 segments of 12 new frames
+from tests.integration.cluster import BROKER, Cluster, manifest
 
 
 def test_a_segment_remade_elsewhere_is_not_continued_from_the_stale_warm_tail(
     cluster: Cluster, tmp_path: Path
 ) -> None:
-    (tmp_path / "m.yaml").write_text(MANIFEST)
+    # 64 frames: 5 segments of 12 new frames
+    path = manifest(tmp_path / "m.yaml", "warm", ["a lighthouse on a cliff at dusk"], 1.0,
+                    duration=8, segment=(16, 4), renditions=("mobile",))  # fmt: skip
     cluster.start_workers(gpus=1, cpu=False, beat=False)
-    (job_id,) = cluster.submit(tmp_path / "m.yaml")
+    (job_id,) = cluster.submit(path)
     factory = cluster.factory()
     machine = factory.jobs
     k = 3
