@@ -23,7 +23,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from factory.store.s3_settings import S3Settings
+from factory.config.s3 import S3Settings
 from tests.conftest import REPO
 
 ACCESS_KEY = "AKIAFACTORYTEST00001"
