@@ -91,18 +91,12 @@ class CacheStats:
         return self.hits / total if total else None
 
 
+@dataclass(eq=False)  # one cache is one cache: compared and hashed by identity
 class EmbeddingCache:
-    def __init__(
-        self,
-        database: Database,
-        blobs: Blobs,
-        capacity: int,
-        clock: Callable[[], float] = time.time,
-    ) -> None:
-        self.database = database
-        self.blobs = blobs
-        self.capacity = capacity
-        self.clock = clock
+    database: Database
+    blobs: Blobs
+    capacity: int
+    clock: Callable[[], float] = time.time
 
     def get(self, key: str) -> bytes | None:
         """The blob, recording the access (a hit); None when absent (the caller encodes and

@@ -8,7 +8,7 @@ import os
 import resource
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 # Expandable segments let the caching allocator grow blocks instead of stranding them: the
@@ -87,14 +87,9 @@ class MemoryReading:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "peak_allocated": self.peak_allocated,
-            "peak_reserved": self.peak_reserved,
-            "fragmentation": self.fragmentation,
-            "peak_rss": self.peak_rss,
-            **self.extra,
-        }
+        """The readings, then whatever a backend added (`extra`) beside them."""
+        readings = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        return readings | self.extra
 
 
 @contextmanager

@@ -52,24 +52,19 @@ class WarmResult:
     owners: dict[str, list[str]] = field(default_factory=dict)  # reference -> nodes
 
 
+@dataclass(eq=False)  # one cache is one cache: compared and hashed by identity
 class AssetCache:
-    def __init__(
-        self,
-        root: Path,
-        capacity: int,
-        store: Store,
-        s3: S3Settings | None = None,
-        confinement: Confinement | None = None,
-    ) -> None:
-        self.root = root
-        self.capacity = capacity
-        self.store = store
-        self.s3 = s3 or S3Settings()
-        self.confinement = confinement or Confinement()
-        for folder in (root, root / "objects", root / "locks"):
+    root: Path
+    capacity: int
+    store: Store
+    s3: S3Settings = field(default_factory=S3Settings)
+    confinement: Confinement = field(default_factory=Confinement)
+    _stores: dict[str, Store] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for folder in (self.root, self.root / "objects", self.root / "locks"):
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
             os.chmod(folder, 0o700)  # mkdir's mode is masked by the umask
-        self._stores: dict[str, Store] = {}
 
     # --- use ----------------------------------------------------------------------------
 
