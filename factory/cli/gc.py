@@ -15,7 +15,7 @@ from rich.table import Table
 from factory.cli import common
 from factory.cli.common import err, out
 from factory.config import parse_duration
-from factory.ops.retention import JobGc, Report, collect, human_bytes
+from factory.ops.retention import JobGc, Report, human_bytes
 
 
 def register(app: typer.Typer) -> None:
@@ -38,9 +38,6 @@ def gc(
     """Remove the intermediates (lossless segments, chunks, work media) of delivered jobs;
     keep the delivery, the QC reports and pictures. Jobs not done, or not passed by QC, are
     never touched. Afterwards such a job can only be redone with `requeue --from generate`."""
-    from factory.store import open_store
-    from factory.wiring import Factory
-
     settings = common.settings()
     seconds = (
         parse_duration(older_than, "--older-than")
@@ -50,11 +47,9 @@ def gc(
     if seconds is None:
         err.print("FACTORY_KEEP_INTERMEDIATES=forever: nothing is removed (give --older-than)")
         return
-    factory = Factory.open(settings)
-    store = open_store(settings.store_url, settings.s3, durable=settings.store_fsync)
+    ops = common.operations(send=False)
     with GcDisplay(err) as display:
-        report = collect(factory.jobs, store, older_than=seconds, batch=batch, dry_run=dry_run,
-                         observer=display)  # fmt: skip
+        report = ops.gc(older_than=seconds, batch=batch, dry_run=dry_run, observer=display)
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
     else:

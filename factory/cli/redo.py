@@ -12,7 +12,6 @@ from factory.cli import common
 from factory.cli.common import err, out
 from factory.cli.runview import RunDisplay
 from factory.ops import Operations, job_summary, local_actor
-from factory.plan.redo import describe
 from factory.stages import Stage
 
 
@@ -54,7 +53,7 @@ def redo(
                          cascade=cascade)  # fmt: skip
     seed = job.progress["redo"]["seed"]
     if not as_json:
-        for line in describe(plan, job.video.fps):
+        for line in plan.describe(job.video.fps):
             out.print(line, markup=False)
         if seed is not None:
             out.print(f"seed      {seed}")
@@ -84,7 +83,7 @@ def _print_plan(
     if as_json:
         sys.stdout.write(json.dumps(plan.to_dict(), indent=2) + "\n")
         return
-    for line in describe(plan, job.video.fps):
+    for line in plan.describe(job.video.fps):
         out.print(line, markup=False)
     if job.stage is not Stage.DONE:
         err.print(f"note: {job_id} is {job.stage.value}; only a done job can be redone")

@@ -28,6 +28,7 @@ from factory.db.models import batches, jobs
 from factory.errors import BadInput
 from factory.job import Event, Job
 from factory.ops import forecast as forecasting
+from factory.ops import retention
 from factory.ops.paging import PAST_GENERATION, decode_cursor, encode_cursor, progress_number
 from factory.ops.views import (
     BatchForecast,
@@ -349,6 +350,21 @@ class Operations:
         created = set(result.created)
         self._send([j for j in result.jobs if j.job_id in created])
         return result
+
+    def gc(
+        self,
+        *,
+        older_than: int,
+        batch: str | None = None,
+        dry_run: bool = False,
+        observer: retention.Observer | None = None,
+    ) -> retention.Report:
+        """Remove (or with `dry_run` list) the intermediates of delivered jobs older than
+        `older_than` seconds (factory/ops/retention.py says what is kept)."""
+        settings = self.settings
+        store = open_store(settings.store_url, settings.s3, durable=settings.store_fsync)
+        return retention.collect(self.machine, store, older_than=older_than, batch=batch,
+                                 dry_run=dry_run, observer=observer)  # fmt: skip
 
     def requeue(self, job_id: str, *, from_stage: Stage | None, actor: str) -> Job:
         job = self.machine.requeue(job_id, from_stage=from_stage, actor=actor)

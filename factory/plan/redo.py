@@ -58,6 +58,23 @@ class RedoPlan:
     changed_start: int
     changed_end: int
 
+    def describe(self, fps: int) -> list[str]:
+        """The plan in lines for people (`--dry-run` prints them)."""
+        segments = self.segments
+        lines = [
+            f"range     {_clock(self.start)}-{_clock(self.end)}: frames {self.first_frame}-"
+            f"{self.end_frame - 1} at {fps} fps",
+            f"segments  {segments[0]}-{segments[-1]} made again ({len(segments)}), "
+            f"about {self.gpu_seconds:.1f} GPU-seconds from their recorded timings",
+            f"after     {self.why}",
+            f"encode    {self.encode_frames} frames again per rendition: the GOPs of chunks "
+            f"{', '.join(map(str, self.chunks))} ({len(self.chunks)} of {self.chunks_total}, "
+            f"{self.chunks_frames} frames) that hold frames {self.changed_start}-"
+            f"{self.changed_end - 1}; every other GOP is copied as it is",
+            f"delivers  version {self.version}, beside the ones before; QC must pass first",
+        ]
+        return lines
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -199,24 +216,6 @@ def _encode_cost(
         encode_frames += gop_end - gop_start
         chunks_frames += size
     return encode_frames, chunks_frames
-
-
-def describe(plan: RedoPlan, fps: int) -> list[str]:
-    """The plan in lines for people (`--dry-run` prints them)."""
-    segments = plan.segments
-    lines = [
-        f"range     {_clock(plan.start)}-{_clock(plan.end)}: frames {plan.first_frame}-"
-        f"{plan.end_frame - 1} at {fps} fps",
-        f"segments  {segments[0]}-{segments[-1]} made again ({len(segments)}), "
-        f"about {plan.gpu_seconds:.1f} GPU-seconds from their recorded timings",
-        f"after     {plan.why}",
-        f"encode    {plan.encode_frames} frames again per rendition: the GOPs of chunks "
-        f"{', '.join(map(str, plan.chunks))} ({len(plan.chunks)} of {plan.chunks_total}, "
-        f"{plan.chunks_frames} frames) that hold frames {plan.changed_start}-"
-        f"{plan.changed_end - 1}; every other GOP is copied as it is",
-        f"delivers  version {plan.version}, beside the ones before; QC must pass first",
-    ]
-    return lines
 
 
 def _seconds(part: str, whole: str) -> float:

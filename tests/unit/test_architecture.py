@@ -33,8 +33,8 @@ SHARED = {
 # wiring, the store); the web's own authentication (access: tokens, sessions), which is
 # not an operation; the GPU node's own commands (cli/gpu, cli/topology, cli/cluster), whose
 # layer is factory/gpu/ and the worker processes, not the job lifecycle; and reading a
-# manifest file or a store on the operator's disk (cli/main, cli/forecast, cli/gc, cli/qc,
-# cli/redo's plan text, cli/schema's migrations). The web console and API reach nothing but
+# manifest file or a store on the operator's disk (cli/main, cli/forecast, cli/qc,
+# cli/schema's migrations). The web console and API reach nothing but
 # access.
 KNOWN: dict[str, set[str]] = {
     "factory.cli.cluster": {
@@ -44,7 +44,6 @@ KNOWN: dict[str, set[str]] = {
     },
     "factory.cli.common": {"factory.wiring"},
     "factory.cli.forecast": {"factory.manifest"},
-    "factory.cli.gc": {"factory.wiring", "factory.store"},
     "factory.cli.gpu": {
         "factory.wiring",
         "factory.generate.memory_plan",
@@ -57,7 +56,6 @@ KNOWN: dict[str, set[str]] = {
     },
     "factory.cli.main": {"factory.manifest", "factory.store"},
     "factory.cli.qc": {"factory.qc.check_file"},
-    "factory.cli.redo": {"factory.plan.redo"},
     "factory.cli.schema": {"factory.db", "factory.db.migrate", "factory.db.session"},
     "factory.cli.serve": {"factory.access", "factory.db.models"},
     "factory.cli.topology": {
