@@ -211,7 +211,7 @@ class OperatorActions(RedoActions):
                 {"from": job.stage.value, "to": target.value, "reset": from_stage is not None,
                  **_by(actor)},
             )  # fmt: skip
-            return self._read(conn, job_id)
+            return self._settled(conn, self._read(conn, job_id))  # --from review parks it
 
     # --- review (a batch with `review: required`) -------------------------------------
 

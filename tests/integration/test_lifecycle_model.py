@@ -85,7 +85,6 @@ from factory.job import Job
 from factory.manifest import parse_manifest
 from factory.media.intermediate import read_frames
 from factory.ops import Operations
-from factory.ops.retention import collect
 from factory.ops.submit import submit
 from factory.stages import ACTIVE, Stage, order
 from factory.store import keys, open_store
@@ -235,6 +234,11 @@ class World:
         self.killer = Killer(self.factory)
         self.snapshots = home / "snapshots"
         self.digests: dict[tuple[Any, ...], str] = {}
+        # What the state machine's settled hook (the alerts' one hook) told this process.
+        self.settled: list[tuple[str, Stage, int]] = []
+        self.factory.jobs.on_settled(
+            lambda job: self.settled.append((job.job_id, job.stage, job.attempt))
+        )
 
     def new_job(self, review: bool) -> Job:
         batch = f"m{uuid.uuid4().hex[:8]}"
@@ -478,6 +482,8 @@ class Model:
     hashes: dict[tuple[int, str], tuple[Path, str]] = field(default_factory=dict)
     delivery_after: int | None = None  # a delivery just happened; the current version before
     delivery_seen: bool = False
+    rest: tuple[Stage, int] | None = None  # the job's stage and attempt at the last check
+    heard: int = 0  # how much of World.settled the last check read
     trail: list[str] = field(default_factory=list)  # the steps so far, for messages
 
 
@@ -834,7 +840,7 @@ class Lifecycle(RuleBasedStateMachine):
         """`factory gc --older-than 0 --batch B`."""
         self.broken = True
         batch = self.job_id.split(".")[0]
-        report = collect(self.world.factory.jobs, self.world.store, older_than=0, batch=batch)
+        report = self.ops.gc(older_than=0, batch=batch)
         assert report.ok, f"gc failed: {report.to_dict()}"
         gc = self.job().progress.get("gc") or {}
         assert gc.get("state") == "removed", (
@@ -953,6 +959,23 @@ class Lifecycle(RuleBasedStateMachine):
             actual = self.world.digest(self.job_id, view["segments_made"])
             if actual is not None and actual != m.expected[version]:
                 self.explain_content(version, view)
+        # (f) The settled hook (what the alerts hang on) told of the step's settling once:
+        # a job that came to rest in a new stage or attempt (done, failed, cancelled, in
+        # review) was heard of once, with that stage; any other step was heard of not at all.
+        # Through the API the settling happens in the server's process, which this one
+        # does not hear: there, heard is nothing or that one.
+        heard = [s for s in self.world.settled[m.heard :] if s[0] == self.job_id]
+        m.heard = len(self.world.settled)
+        now = (job.stage, job.attempt)
+        if m.rest is not None:
+            settled = job.stage.is_terminal or job.stage.is_parked
+            expected = [(self.job_id, *now)] if settled and now != m.rest else []
+            assert heard == expected or (self.server is not None and heard == []), (
+                f"after {self.said()}: the settled hook told {heard}, not {expected} "
+                f"(the job went from {m.rest[0].value} attempt {m.rest[1]} to "
+                f"{job.stage.value} attempt {job.attempt})"
+            )
+        m.rest = now
         # (d) A job not running has a next step that `factory status` names, and it works.
         if not self.running(job):
             text = next_step(job)

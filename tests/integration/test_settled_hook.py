@@ -83,10 +83,17 @@ def test_an_operators_settling_action_tells_once(
     review = machine.get(review.job_id)
     rejected = machine.decide(review.job_id, actor="ana", approved=False, text="too dark")
     assert heard.calls == [(rejected.job_id, Stage.FAILED, "failed")]
-    requeued = machine.requeue(rejected.job_id, actor="ana")
-    assert requeued.stage is Stage.REVIEW and len(heard.calls) == 1  # requeue: working again
+    requeued = machine.requeue(rejected.job_id, actor="ana")  # the same files up for review
+    assert heard.calls[-1] == (requeued.job_id, Stage.REVIEW, "review") and len(heard.calls) == 2
     approved = machine.decide(review.job_id, actor="ana", approved=True, text="")
-    assert approved.stage is Stage.DELIVER and len(heard.calls) == 1
+    assert approved.stage is Stage.DELIVER and len(heard.calls) == 2  # working again
+    done = machine.transition(approved.job_id, attempt=approved.attempt, to=Stage.DONE)
+    assert len(heard.calls) == 3 and heard.calls[-1][1] is Stage.DONE
+    queued = machine.requeue(done.job_id, from_stage=Stage.GENERATE, actor="ana")
+    assert queued.stage is Stage.GENERATE and len(heard.calls) == 3  # working again
+    done = job_at(machine, f"{batch_name}-d", Stage.DONE)
+    again = machine.requeue(done.job_id, from_stage=Stage.REVIEW, actor="ana")
+    assert heard.calls[-1] == (again.job_id, Stage.REVIEW, "review")  # parked again
 
 
 def test_a_rolled_back_transaction_tells_nobody(machine: JobStateMachine, batch_name: str):
