@@ -372,8 +372,7 @@ class Operations:
         return job
 
     def cancel(self, job_id: str, *, reason: str, actor: str) -> Job:
-        job = self.machine.cancel(job_id, reason=reason, actor=actor)
-        return job
+        return self.machine.cancel(job_id, reason=reason, actor=actor)
 
     def approve(
         self,

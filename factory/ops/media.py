@@ -78,8 +78,8 @@ class JobFiles:
 
     def __init__(self, store: Store) -> None:
         self.store = store
-        self.thumbnails = Thumbnails(store)
-        self.seam_pictures = SeamPictures(store)
+        self._thumbnails = Thumbnails(store)
+        self._seam_pictures = SeamPictures(store)
 
     def find(self, job: Job, name: str) -> Media | None:
         return media_for(job, name)
@@ -101,13 +101,17 @@ class JobFiles:
     def pictures(self, job: Job) -> list[str]:
         return [p for p in PICTURES if media_for(job, f"{p}.png")]
 
+    def thumbnail(self, job: Job, first_attempt: int | None) -> bytes | None:
+        """The video's first frame, small (PNG), from segment 0 as `first_attempt` made it."""
+        return self._thumbnails.get(job, first_attempt)
+
     def seam_picture(self, job: Job, seams: list[dict[str, Any]], seam: int) -> bytes | None:
         """The seam's two frames, cut from the contact sheet (its rows: `seams` in order)."""
         sheet = media_for(job, "contact.png")
         order = [s["seam"] for s in seams]
         if sheet is None or seam not in order:
             return None
-        return self.seam_pictures.get(sheet.key, order.index(seam), len(order))
+        return self._seam_pictures.get(sheet.key, order.index(seam), len(order))
 
 
 class Thumbnails:
