@@ -10,6 +10,7 @@ with a brand-new CA. The CA keys live in `ca_dir`, apart from the deployed `cert
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import signal
 import socket
@@ -35,6 +36,27 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_port_block(count: int) -> int:
+    """The first of `count` consecutive free ports, for a process that binds them itself later
+    (a worker pool's health ports). Taken below the kernel's ephemeral range, where neither
+    `free_port()` in a parallel test nor an outgoing connection (every Redis and Postgres
+    client takes a local port from that range) can land on one before the process binds it."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for base in random.Random().sample(range(max(1024, low - 12000), low - count), 200):
+        if all(_bindable(base + i) for i in range(count)):
+            return base
+    raise RuntimeError(f"no {count} consecutive free ports below {low}")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("0.0.0.0", port))
+        except OSError:
+            return False
+        return True
 
 
 def wait_port(port: int, timeout: float = 15, process: subprocess.Popen | None = None) -> None:

@@ -209,6 +209,7 @@ def _health_env(settings: Settings, name: str, port: int | None) -> dict[str, st
     their Prometheus counters (multiprocess mode)."""
     if port is None:
         return {}
+    common.check_health_port(settings.health.host, port)
     folder = settings.home / "metrics" / name
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)

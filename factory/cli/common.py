@@ -3,12 +3,14 @@ wired for a shell (the CLI is a composition root: it injects where accepted work
 
 from __future__ import annotations
 
+import socket
 import sys
 from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from factory.config import Settings
+from factory.errors import BadInput
 
 if TYPE_CHECKING:
     from factory.job import Job
@@ -54,3 +56,18 @@ def _warn_not_sent(found: list[Job], exc: Exception) -> None:
         "the sweeper sends them once the broker is back",
         markup=False,
     )
+
+
+def check_health_port(host: str, port: int) -> None:
+    """Refuse a --health-port another process holds, before the worker starts: a worker
+    whose endpoint cannot bind would run unprobed (its probe would restart it in a loop)."""
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the endpoint binds
+        try:
+            sock.bind((host, port))
+        except OSError as error:
+            raise BadInput(f"{host}:{port} cannot be bound ({error.strerror})",
+                           field="--health-port") from None  # fmt: skip

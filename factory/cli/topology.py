@@ -15,7 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from factory.cli import common
-from factory.cli.common import err, out
+from factory.cli.common import check_health_port, err, out
 from factory.cli.gpu import gpu_app
 from factory.config import Settings
 from factory.errors import BadInput
@@ -37,6 +37,8 @@ def run_gpu_pool(
     from tasks.queues import gpu_queue  # the CLI is the edge where factory/ meets tasks/
 
     selected, found = _select(settings, gpus)
+    for position in range(len(selected) if health_port else 0):
+        check_health_port(settings.health.host, health_port + position)
     host = socket.gethostname()
     queues = {gpu: gpu_queue(gpu, host) for gpu in selected}
     if found is not None:

@@ -22,7 +22,7 @@ from factory.stages import Stage
 from tests.conftest import run_cli
 from tests.integration.cluster import BROKER, Cluster, manifest
 from tests.integration.test_health import wait_for
-from tests.s3stand import free_port
+from tests.s3stand import free_port_block
 
 FIXTURE = Path(__file__).parents[1] / "data" / "topology" / "a100-pcie-4gpu-bridged.txt"
 GPU_LIST = "".join(
@@ -79,9 +79,7 @@ def live(port: int) -> bool:
 
 def test_a_worker_per_gpu_with_its_topology_recorded(cluster: Cluster, tmp_path: Path):
     host = socket.gethostname()
-    port = free_port()
-    while any(_in_use(port + i) for i in range(4)):
-        port = free_port()
+    port = free_port_block(4)
     cluster.env_overrides.update(
         FACTORY_NVIDIA_SMI=str(fake_nvidia_smi(tmp_path)), FACTORY_GPU_MEMORY_SOURCE="none"
     )
@@ -90,7 +88,9 @@ def test_a_worker_per_gpu_with_its_topology_recorded(cluster: Cluster, tmp_path:
     cluster.start("beat", "beat")
     try:
         for i in range(4):
-            wait_for(lambda i=i: live(port + i), timeout=90, what=f"GPU {i}'s worker")
+            wait_for(
+                lambda i=i: live(port + i), timeout=90, what=f"GPU {i}'s worker", logs=cluster.logs
+            )
 
         # Each GPU's worker consumes its own queue (and the shared one).
         queues = Celery(broker=BROKER).control.inspect(timeout=10).active_queues() or {}
@@ -126,7 +126,7 @@ def test_a_worker_per_gpu_with_its_topology_recorded(cluster: Cluster, tmp_path:
         # A worker that dies is started again.
         os.killpg(children[1], signal.SIGKILL)
         wait_for(lambda: pool_children(pool).get(1, children[1]) != children[1], what="restart")
-        wait_for(lambda: live(port + 1), timeout=90, what="GPU 1's worker again")
+        wait_for(lambda: live(port + 1), timeout=90, what="GPU 1's worker again", logs=cluster.logs)
         assert "gpu_pool.child_exited" in (cluster.home / "pool.log").read_text()
 
         # SIGTERM reaches every worker; the pool exits once they all have.
@@ -165,11 +165,6 @@ def test_no_driver_is_explained(tmp_path: Path):
     assert "--gpus 0,1" in done.stderr
 
 
-def _in_use(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
 def _zombie(pid: int) -> bool:
     try:
         return " Z " in Path(f"/proc/{pid}/stat").read_text()
@@ -201,3 +196,17 @@ def test_topology_of_a_saved_output(tmp_path: Path):
     assert done.returncode == 2 and "no header line with GPU0" in done.stderr
     done = run_cli("gpu", "topology", "--from", str(tmp_path / "absent.txt"), env=env)
     assert done.returncode == 2 and "absent.txt" in done.stderr
+
+
+@pytest.mark.parametrize("args", [["--gpu", "0"], ["--cpu"], ["--gpus", "auto"]])
+def test_a_health_port_in_use_is_refused_before_the_worker_starts(tmp_path: Path, args: list[str]):
+    env = {"FACTORY_HOME": str(tmp_path), "FACTORY_BROKER_URL": BROKER,
+           "FACTORY_NVIDIA_SMI": str(fake_nvidia_smi(tmp_path))}  # fmt: skip
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        port = taken - 2 if "--gpus" in args else taken  # the pool's GPU 2 gets PORT+2
+        done = run_cli("worker", *args, "--health-port", str(port), env=env)
+    assert done.returncode == 2, done.stderr
+    assert "--health-port" in done.stderr and f"0.0.0.0:{taken} cannot be bound" in done.stderr

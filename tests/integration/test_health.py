@@ -29,13 +29,15 @@ from factory.stages import Stage
 from tasks.health import _queue_depths
 from tests.conftest import PG_ADMIN_DSN, manifest_text
 from tests.integration.cluster import Cluster, manifest
-from tests.s3stand import free_port
+from tests.s3stand import free_port_block
 
 TOKEN = "metrics-token-for-the-test-0123456789"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 30, what: str = "") -> None:
+def wait_for(check: Callable[[], bool], timeout: float = 30, what: str = "",
+             logs: Callable[[], str] | None = None) -> None:  # fmt: skip
+    """Until `check()` holds; past `timeout`, fail with `what` and, given, `logs()` then."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -44,7 +46,7 @@ def wait_for(check: Callable[[], bool], timeout: float = 30, what: str = "") -> 
         except requests.ConnectionError:
             pass
         time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+    raise AssertionError(f"timed out waiting for {what}" + (f"\n{logs()}" if logs else ""))
 
 
 def metric(text: str, name: str, **labels: str) -> float:
@@ -57,7 +59,7 @@ def metric(text: str, name: str, **labels: str) -> float:
 def test_readiness_follows_gpu_memory_and_metrics_are_scraped(cluster: Cluster, tmp_path: Path):
     used = tmp_path / "gpu0-used"
     used.write_text("0.40")
-    port = free_port()
+    port = free_port_block(1)
     cluster.env_overrides.update(FACTORY_GPU_MEMORY_SOURCE=f"file:{used}",
                                  FACTORY_READINESS_EVERY="0.3", FACTORY_METRICS_TOKEN=TOKEN,
                                  FACTORY_HEALTH_HOST="127.0.0.1",
