@@ -24,11 +24,50 @@ KEYFRAME_LAYOUTS = ("every-2s", "segments")
 DEFAULT_KEYFRAMES = "every-2s"
 
 
+CONTINUE, CUT = "continue", "cut"
+# The transitions a scene may join the one before with (docs/manifest.md), each the name of
+# the ffmpeg `xfade` transition that blends them.
+TRANSITIONS = {
+    "dissolve": "fade",
+    "fade-black": "fadeblack",
+    "fade-white": "fadewhite",
+    "wipe-left": "wipeleft",
+    "wipe-right": "wiperight",
+    "wipe-up": "wipeup",
+    "wipe-down": "wipedown",
+    "slide-left": "slideleft",
+    "slide-right": "slideright",
+}
+TRANSITION_SECONDS = (0.5, 3.0)
+
+
 @dataclass(frozen=True)
 class Scene:
     start: float  # seconds
     end: float  # seconds, exclusive
     prompt: str
+    # How it joins the scene before: continue (the same shot), cut (a new shot), or a
+    # transition's name (a new shot, blended in over `transition_seconds`).
+    join: str = CONTINUE
+    transition_seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the spec stores it: `join` only where it is not `continue`, so specs made
+        before shots existed keep their hash (and their derived seed and id)."""
+        data: dict[str, Any] = {"start": self.start, "end": self.end, "prompt": self.prompt}
+        if self.join in TRANSITIONS:
+            data["join"] = {"transition": self.join, "seconds": self.transition_seconds}
+        elif self.join != CONTINUE:
+            data["join"] = self.join
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Scene:
+        join = data.get("join", CONTINUE)
+        if isinstance(join, dict):
+            return cls(data["start"], data["end"], data["prompt"], join["transition"],
+                       float(join["seconds"]))  # fmt: skip
+        return cls(data["start"], data["end"], data["prompt"], join)
 
 
 @dataclass(frozen=True)
@@ -103,7 +142,7 @@ class VideoSpec:
             "width": self.width,
             "height": self.height,
             "seed": self.seed,
-            "scenes": [asdict(s) for s in self.scenes],
+            "scenes": [s.to_dict() for s in self.scenes],
             "negative_prompt": self.negative_prompt,
             # unset fields stay out, so specs made before a field existed keep their hash
             "model": {k: v for k, v in asdict(self.model).items() if v not in (None, ())},
@@ -126,7 +165,7 @@ class VideoSpec:
             width=int(data["width"]),
             height=int(data["height"]),
             seed=int(data["seed"]),
-            scenes=tuple(Scene(**s) for s in data["scenes"]),
+            scenes=tuple(Scene.from_dict(s) for s in data["scenes"]),
             negative_prompt=data["negative_prompt"],
             model=_model(data["model"]),
             segment_frames=int(data["segment"]["frames"]),
@@ -156,8 +195,13 @@ def frames_for(duration: float, fps: int) -> int:
     return round(duration * fps)
 
 
+def transition_frames(scene: Scene, fps: int) -> int:
+    """The frames of the transition into `scene` (0 for continue and cut)."""
+    return round(scene.transition_seconds * fps) if scene.join in TRANSITIONS else 0
+
+
 def derived_seed(scenes: tuple[Scene, ...], negative_prompt: str) -> int:
-    text = canonical_json([[asdict(s) for s in scenes], negative_prompt])
+    text = canonical_json([[s.to_dict() for s in scenes], negative_prompt])
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
 
 

@@ -80,7 +80,7 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
                 made = segments_made(before, job)
                 log.info("segment.done", extra={"segments": sorted(made), "attempt": job.attempt})
                 for chunk in plan_chunks(job.video):  # the chunks this call completed
-                    members = {s.index for s in chunk.segments}
+                    members = {s.index for s in chunk.made_of}
                     if members & made and chunk_ready(job, chunk):
                         dispatch.send_chunk(app, job, chunk.index)
                 if next_segment(job) is None or not _own_queue_alive(rt):

@@ -30,7 +30,14 @@ from factory.cli.common import err, out
 from factory.cli.runview import RunDisplay, summary_table
 from factory.config import S3Settings
 from factory.errors import BadInput, FactoryError
-from factory.ops import Operations, check_manifest, event_dict, job_summary, local_actor
+from factory.ops import (
+    Operations,
+    check_manifest,
+    event_dict,
+    job_summary,
+    local_actor,
+    shot_rows,
+)
 from factory.ops.retention import gc_note
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.store import open_store
@@ -80,10 +87,13 @@ def validate(
     it would create with their effective segment settings. Nothing is written."""
     checked = _preflight(manifest, batch)
     parsed = checked.manifest
+    shots = {v.job_id: shot_rows(v) for v in parsed.videos}
     if as_json:
-        _print_json([v.to_dict() | {"job_id": v.job_id} for v in parsed.videos])
+        _print_json([v.to_dict() | {"job_id": v.job_id, "shots": shots[v.job_id]}
+                     for v in parsed.videos])  # fmt: skip
         return
-    table = Table("JOB", "DURATION", "FPS", "SIZE", "SCENES", "MODEL", "SEGMENT", "RENDITIONS")
+    table = Table("JOB", "DURATION", "FPS", "SIZE", "SCENES", "SHOTS", "MODEL", "SEGMENT",
+                  "RENDITIONS")  # fmt: skip
     for v in parsed.videos:
         table.add_row(
             v.job_id,
@@ -91,11 +101,21 @@ def validate(
             str(v.fps),
             f"{v.width}x{v.height}",
             str(len(v.scenes)),
+            str(len(shots[v.job_id])),
             v.model.family,
             f"{v.segment_frames} frames, overlap {v.segment_overlap}",
             ",".join(v.renditions),
         )
     out.print(table)
+    if any(len(rows) > 1 for rows in shots.values()):
+        listing = Table("JOB", "SHOT", "START", "END", "JOIN", "SCENES", "SEGMENTS")
+        for job_id, rows in shots.items():
+            for row in rows if len(rows) > 1 else []:
+                first, last = row["segments"]
+                listing.add_row(job_id, str(row["shot"]), f"{row['start']:g} s",
+                                f"{row['end']:g} s", row["join"],
+                                ",".join(map(str, row["scenes"])), f"{first}-{last}")  # fmt: skip
+        out.print(listing)
     out.print(f"manifest ok: {len(parsed.videos)} videos in batch {parsed.batch}")
 
 

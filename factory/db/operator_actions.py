@@ -19,7 +19,7 @@ from factory.db.models import batches, job_segments, jobs
 from factory.db.operator_redo import RedoActions
 from factory.errors import BadInput, InvalidOperation
 from factory.job import Job, discardable_redo
-from factory.plan.segments import segment_count
+from factory.plan.video import video_plan
 from factory.spec import VideoSpec
 from factory.stages import REQUEUE_TARGETS, Action, Stage, initial_progress, order, reset_progress
 
@@ -62,9 +62,7 @@ class OperatorActions(RedoActions):
         created: list[Created] = []
         for video in videos:
             frames = video.frames_total
-            segments = segment_count(
-                frames, video.segment_frames, video.segment_overlap, video.first_segment_short
-            )
+            segments = len(video_plan(video))
             trace_id = uuid.uuid4().hex
             inserted = conn.execute(
                 insert_for(jobs)

@@ -24,6 +24,12 @@ class SegmentSpec:
     fps: int
     first_frame: int  # output frame index of generated frame 0 (time = first_frame / fps)
     context: int  # how many leading frames continue the given context frames
+    shot_first: int = 0  # the index of its shot's first segment (factory/plan/shots.py)
+
+    @property
+    def starts_shot(self) -> bool:
+        """Generated from nothing (the video's or a shot's first segment), not continued."""
+        return self.index == self.shot_first
 
 
 @dataclass(frozen=True)

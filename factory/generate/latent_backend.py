@@ -111,7 +111,7 @@ class LatentGenerator(DiffusersGenerator):
         if self.pipe is None:
             raise PermanentError(f"{self.name}: generate called before load")
         new = self.new_latent_frames(seg)
-        if seg.index > 0 and carry is None:
+        if not seg.starts_shot and carry is None:
             raise PermanentError(f"{self.name}: segment {seg.index} has no carry to continue")
         state, meta = carry_from_bytes(carry) if carry is not None else ({}, {})
         self._check_carry(seg, meta)
@@ -275,7 +275,7 @@ class Helios(LatentGenerator):
 
         chunk = self.family.chunk_latents
         generator = torch.Generator("cpu")
-        if seg.index == 0 or reseed:
+        if seg.starts_shot or reseed:
             generator.manual_seed(seed)
         else:
             generator.set_state(state["rng"])
@@ -301,9 +301,10 @@ class Helios(LatentGenerator):
         if self.variant == "mid":
             kwargs.update(use_zero_init=True, zero_steps=1)
         if self.variant == "distilled":
-            # Amplified steps belong to the video's first chunk only (the pipeline's own rule).
-            kwargs["is_amplify_first_chunk"] = seg.index == 0
-        if seg.index > 0:
+            # Amplified steps belong to a generation's first chunk only (the pipeline's own
+            # rule): the video's, and each shot's, which starts from nothing as the video does.
+            kwargs["is_amplify_first_chunk"] = seg.starts_shot
+        if not seg.starts_shot:
             history = state["latents"][:, :, -sum(HELIOS_HISTORY) :]
             # Clean history and a given anchor: the pipeline's defaults re-noise both (for an
             # encoded clip), and without the anchor its first new latent becomes the anchor.
@@ -316,7 +317,7 @@ class Helios(LatentGenerator):
         with _no_chunk_decode(self.pipe):
             out = self.pipe(**kwargs).frames
         latents = out[:, :, -new:]  # the output starts with the history it was given
-        anchor = latents[:, :, :1] if seg.index == 0 else state["anchor"]
+        anchor = latents[:, :, :1] if seg.starts_shot else state["anchor"]
         return latents, {"anchor": anchor.float(), "rng": generator.get_state()}
 
 
@@ -364,12 +365,12 @@ class AnyFlowFar(LatentGenerator):
         import torch
 
         chunk = self.family.chunk_latents
-        if new > self.window - (chunk if seg.index else 0):
+        if new > self.window - (0 if seg.starts_shot else chunk):
             raise PermanentError(
                 f"{self.name}: a segment of {new} latent frames leaves no context in the "
                 f"checkpoint's window of {self.window} latent frames; shorten segment.frames"
             )
-        if seg.index == 0:
+        if seg.starts_shot:
             first = self.partition[0]
             parts = (
                 [first] + [chunk] * (new // chunk - 1) + ([chunk - first] if first < chunk else [])
@@ -411,7 +412,7 @@ class AnyFlowFar(LatentGenerator):
         history_parts = [
             int(p) for p in state.get("parts", torch.tensor([], dtype=torch.int64)).tolist()
         ]
-        all_parts = (history_parts if seg.index else []) + parts
+        all_parts = ([] if seg.starts_shot else history_parts) + parts
         return latents, {"parts": torch.tensor(_suffix(all_parts, self.window), dtype=torch.int64)}
 
 

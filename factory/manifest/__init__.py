@@ -7,6 +7,7 @@ problem yields no job at all. Limits (documented in docs/manifest.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,8 +32,13 @@ from factory.manifest.schema import (
     VideoSettings,
     is_local_path,
 )
+from factory.plan.segments import scene_start_frames
 from factory.spec import (
+    CONTINUE,
+    CUT,
     DEFAULT_KEYFRAMES,
+    TRANSITION_SECONDS,
+    TRANSITIONS,
     AudioChoice,
     LoraChoice,
     ModelChoice,
@@ -42,6 +48,7 @@ from factory.spec import (
     derived_video_id,
     frames_for,
     job_id_for,
+    transition_frames,
 )
 
 _MERGED_FIELDS = tuple(VideoSettings.model_fields)
@@ -200,6 +207,8 @@ def _resolve(
         audio=AudioChoice(audio.asset, audio.gain_db, audio.loop) if audio else None,
         keyframes=values["keyframes"] or DEFAULT_KEYFRAMES,
     )
+    if not _check_shots(spec, here, problems):
+        return None
     if not entry.id:
         content = {k: v for k, v in spec.to_dict().items() if k not in ("batch", "video_id")}
         spec = VideoSpec(**{**spec.__dict__, "video_id": derived_video_id(content)})
@@ -321,12 +330,68 @@ def _scenes(
                 f"[{i}].end",
                 f"{scene.end} leaves a gap or overlap: it must be {what} ({following})",
             )
+    joins = [_join(scene.join, i, problem) for i, scene in enumerate(scenes)]
     if len(problems) > found:
         return None
     return tuple(
-        Scene(start=float(s.start), end=float(end), prompt=s.prompt)
-        for s, end in zip(scenes, ends, strict=True)
+        Scene(float(s.start), float(end), s.prompt, *join)
+        for s, end, join in zip(scenes, ends, joins, strict=True)
     )
+
+
+_JOIN_FORMS = "continue, cut, or {transition: NAME, seconds: S}"
+
+
+def _join(value: Any, i: int, problem: Callable[[str, str], None]) -> tuple[str, float]:
+    """A scene's `join`: continue, cut or a transition with its length; a problem named at
+    the exact field otherwise (the first scene has nothing to cut or blend from)."""
+    here = f"[{i}].join"
+    if value in (CONTINUE, CUT):
+        if i == 0 and value == CUT:
+            problem(here, "the first scene has nothing to cut from: leave join out")
+        return value, 0.0
+    if isinstance(value, str):
+        hint = (f"; a transition needs its length: {{transition: {value}, seconds: 1}}"
+                if value in TRANSITIONS else "")  # fmt: skip
+        problem(here, f"{value!r} is not a join: use {_JOIN_FORMS}{hint}")
+        return CONTINUE, 0.0
+    if not isinstance(value, dict):
+        problem(here, f"must be {_JOIN_FORMS}, not {type(value).__name__}")
+        return CONTINUE, 0.0
+    unknown = sorted(set(value) - {"transition", "seconds"})
+    if unknown:
+        problem(f"{here}.{unknown[0]}", "not a field of a transition (transition, seconds)")
+    name, seconds = value.get("transition"), value.get("seconds")
+    low, high = TRANSITION_SECONDS
+    if name not in TRANSITIONS:
+        problem(f"{here}.transition",
+                f"{name!r} is not a transition: use one of {', '.join(TRANSITIONS)}")  # fmt: skip
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float):
+        problem(f"{here}.seconds", f"required: the transition's length, {low:g} to {high:g} s")
+    elif not low <= seconds <= high:
+        problem(f"{here}.seconds", f"{seconds} is outside {low:g} to {high:g} s")
+    if i == 0:
+        problem(here, "the first scene has nothing to blend from: leave join out")
+    ok = name in TRANSITIONS and isinstance(seconds, int | float) and not isinstance(seconds, bool)
+    return (str(name), float(seconds)) if ok else (CONTINUE, 0.0)
+
+
+def _check_shots(spec: VideoSpec, here: str, problems: list[FieldProblem]) -> bool:
+    """Every shot at least as long as the transition into it (two transitions never meet)."""
+    starts = scene_start_frames([s.start for s in spec.scenes], spec.fps)
+    shot_starts = [i for i, scene in enumerate(spec.scenes) if scene.join != CONTINUE]
+    ends = [starts[i] for i in shot_starts[1:]] + [spec.frames_total]
+    found = len(problems)
+    for scene, end in zip(shot_starts, ends[: len(shot_starts)], strict=True):
+        length = end - starts[scene]
+        frames = transition_frames(spec.scenes[scene], spec.fps)
+        if length < max(1, frames):
+            problems.append(FieldProblem(
+                f"{here}.scenes[{scene}].join",
+                f"its shot is {length / spec.fps:.3g} s ({length} frames), shorter than the "
+                f"{spec.scenes[scene].transition_seconds:g} s transition into it",
+            ))  # fmt: skip
+    return len(problems) == found
 
 
 def _check_unique_ids(videos: list[VideoSpec | None], problems: list[FieldProblem]) -> None:
@@ -435,6 +500,6 @@ def _entry_of(spec: VideoSpec) -> dict[str, Any]:
         "audio": {"asset": audio.asset, "gain_db": audio.gain_db, "loop": audio.loop}
         if audio
         else "silence",
-        "scenes": [{"start": s.start, "end": s.end, "prompt": s.prompt} for s in spec.scenes],
+        "scenes": [s.to_dict() for s in spec.scenes],
         **({"keyframes": spec.keyframes} if spec.keyframes != DEFAULT_KEYFRAMES else {}),
     }

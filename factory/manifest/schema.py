@@ -185,6 +185,9 @@ class SceneSettings(_Strict):
     start: Seconds
     end: Seconds | None = None
     prompt: Prompt
+    # continue | cut | {transition: NAME, seconds: S}: read by the manifest's _join, which
+    # names the exact field and the valid choices in its messages
+    join: Any = "continue"
 
 
 class VideoSettings(_Strict):

@@ -37,6 +37,7 @@ from factory.ops.views import (
     Page,
     event_dict,
     job_summary,
+    shot_rows,
 )
 from factory.plan.redo import RedoPlan, parse_range, plan_redo
 from factory.spec import VideoSpec
@@ -52,7 +53,7 @@ if TYPE_CHECKING:  # manifests, preflight and submit are imported where a manife
 
 Dispatcher = Callable[[list[Job]], None]
 __all__ = ["BatchForecast", "BatchView", "Dispatcher", "JobView", "Operations", "Page",
-           "check_manifest", "event_dict", "job_summary", "local_actor"]  # fmt: skip
+           "check_manifest", "event_dict", "job_summary", "local_actor", "shot_rows"]  # fmt: skip
 log = logging.getLogger("factory.ops")
 HISTORY_SECONDS = 300.0  # the forecast's history is re-read at most this often
 ETA_SECONDS = 30.0  # a batch's ETA is recomputed at most this often
@@ -241,7 +242,9 @@ class Operations:
         video = job.video
         start, end = parse_range(range_text, video.duration)
         planned = plan_chunks(video)
-        chunks = [(c.index, tuple(s.index for s in c.segments)) for c in planned]
+        outgoing = {c.index: c.blend.outgoing if c.blend else () for c in planned}
+        chunks = [(c.index, tuple(s.index for s in c.segments + outgoing[c.index]))
+                  for c in planned]  # fmt: skip
         keyframes = {c.index: chunk_keyframes(video, c) for c in planned}
         seconds = {i: r.seconds for i, r in self.machine.segments(job_id).items()}
         # What it would be delivered as if nothing else were delivered first (taken again

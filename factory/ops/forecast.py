@@ -29,7 +29,7 @@ from sqlalchemy import select
 from factory.db.models import job_events, jobs
 from factory.db.session import Database
 from factory.errors import BadInput
-from factory.plan.segments import plan_segments, scene_start_frames
+from factory.plan.video import video_plan
 from factory.spec import VideoSpec
 
 
@@ -234,14 +234,7 @@ def forecast(
     cpu_rate = CPU_SECONDS_PER_VIDEO_SECOND if cpu_rate is None else cpu_rate
     planned = []
     for video in videos:
-        starts = scene_start_frames([s.start for s in video.scenes], video.fps)
-        plans = plan_segments(
-            video.frames_total,
-            video.segment_frames,
-            video.segment_overlap,
-            starts,
-            video.first_segment_short,
-        )
+        plans = video_plan(video)
         estimate = segment_estimate(history, video, video.segment_frames, gpu_kind)
         planned.append(
             VideoForecast(

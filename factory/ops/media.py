@@ -16,6 +16,7 @@ from factory.errors import BadInput
 from factory.job import Job
 from factory.media.presets import PRESETS
 from factory.pipeline import files
+from factory.plan.video import joins, shown_seams, video_plan
 from factory.stages import Stage
 from factory.store import keys
 from factory.store.base import ObjectInfo, Store
@@ -106,12 +107,15 @@ class JobFiles:
         return self._thumbnails.get(job, first_attempt)
 
     def seam_picture(self, job: Job, seams: list[dict[str, Any]], seam: int) -> bytes | None:
-        """The seam's two frames, cut from the contact sheet (its rows: `seams` in order)."""
+        """The seam's two frames, cut from the contact sheet (its rows: factory/plan/video.py,
+        `shown_seams`)."""
         sheet = media_for(job, "contact.png")
-        order = [s["seam"] for s in seams]
+        plans = video_plan(job.video)
+        shown = shown_seams(plans)
+        order = [s["seam"] for s in seams if s["seam"] in shown]
         if sheet is None or seam not in order:
             return None
-        return self._seam_pictures.get(sheet.key, order.index(seam), len(order))
+        return self._seam_pictures.get(sheet.key, order.index(seam), len(order) + len(joins(plans)))
 
 
 class Thumbnails:

@@ -11,7 +11,9 @@ from typing import Any
 from factory.job import Event, Job, SegmentRecord, VersionRecord
 from factory.ops.forecast import Forecast
 from factory.ops.retention import gc_note
+from factory.plan.video import video_shots
 from factory.qc.thresholds import QcThresholds
+from factory.spec import VideoSpec
 from factory.stages import Stage
 
 
@@ -160,3 +162,23 @@ def event_dict(event: Event) -> dict[str, Any]:
 
 def iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment else None
+
+
+def shot_rows(video: VideoSpec) -> list[dict[str, Any]]:
+    """The video's shots as `factory validate` lists them: where each starts and ends (the
+    frames it owns), how it joins the one before, its scenes and segments."""
+    rows = []
+    for shot in video_shots(video):
+        scene = video.scenes[shot.scenes[0]]
+        join = shot.join.kind
+        if shot.join.is_transition:
+            join = f"{join} {scene.transition_seconds:g} s"
+        rows.append({
+            "shot": shot.index,
+            "start": round(shot.start / video.fps, 3),
+            "end": round(shot.end / video.fps, 3),
+            "join": join,
+            "scenes": list(shot.scenes),
+            "segments": [shot.segments[0].index, shot.segments[-1].index],
+        })  # fmt: skip
+    return rows

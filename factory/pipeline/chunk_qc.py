@@ -28,7 +28,7 @@ from factory.job import Job
 from factory.media.analyze import PassResult, Reference, analyze
 from factory.media.frames import frames_at
 from factory.media.probe import video_packet_digests
-from factory.pipeline.chunks import chunk_key
+from factory.pipeline.chunks import chunk_key, chunk_sources
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
 from factory.plan.chunks import Chunk
@@ -134,11 +134,8 @@ def measure_chunk(
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=ctx.work_dir(video))))
         segments = [stack.enter_context(ctx.store.local_path(made.segment(s.index)))
                     for s in chunk.segments]  # fmt: skip
-        reference = Reference(
-            [(path, s.write_count) for path, s in zip(segments, chunk.segments, strict=True)],
-            video.width,
-            video.height,
-        )
+        sources = chunk_sources(ctx, made, chunk, stack, work)  # what was encoded
+        reference = Reference(sources, video.width, video.height)
         results = analyze(
             encoded,
             video.fps,
@@ -236,7 +233,7 @@ def _rendition(result: PassResult, start: int, packets: tuple[int, str]) -> dict
 def _seam_frames(chunk: Chunk, segments: list[Path]) -> list[np.ndarray]:
     frames = []
     for plan, path in zip(chunk.segments, segments, strict=True):
-        after, last = min(plan.context, plan.write_count - 1), plan.write_count - 1
+        after, last = min(plan.context, plan.owned_count - 1), plan.owned_count - 1
         found = frames_at(path, [after, last])
         frames += [found[after], found[last]]
     return frames

@@ -27,7 +27,7 @@ from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.presets import PRESETS, encode_argv
 from factory.media.splice import gop_span, keyframe_frames, splice
 from factory.pipeline.chunk_qc import file_digest, measure_chunk
-from factory.pipeline.chunks import chunk_key, chunk_ready
+from factory.pipeline.chunks import chunk_key, chunk_ready, chunk_sources
 from factory.pipeline.claims import LOCAL, Claims
 from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
@@ -88,23 +88,19 @@ def _encode(ctx: StageContext, made: Segments, chunk: Chunk, rendition: str, scr
     ``target``, with the chunk's keyframe layout."""
     video = made.job.video
     first, end = frames or (0, chunk.frames)
-    listed, offset = [], 0
-    for segment in chunk.segments:  # only the segment files that hold the frames asked for
-        if offset < end and offset + segment.write_count > first:
-            listed.append((segment, offset))
-        offset += segment.write_count
-    skip = first - listed[0][1]
     forced = None
     if video.keyframes == "segments":
         forced = [k - first for k in chunk_keyframes(video, chunk) if first <= k < end]
     # Local copies live until ffmpeg has read them (an s3 store downloads them for the call).
     # A scratch folder per call: a chunk task and the encode stage may meet on the same chunk.
     with ExitStack() as stack:
-        entries = [
-            (stack.enter_context(ctx.store.local_path(made.segment(segment.index))),
-             segment.write_count)
-            for segment, _ in listed
-        ]  # fmt: skip
+        listed, offset = [], 0
+        for path, count in chunk_sources(ctx, made, chunk, stack, scratch):
+            if offset < end and offset + count > first:  # only the files the frames are in
+                listed.append((path, count, offset))
+            offset += count
+        skip = first - listed[0][2]
+        entries = [(path, count) for path, count, _ in listed]
         listing = scratch / "chunk.ffconcat"
         listing.write_text(ffconcat(entries, video.fps))
         trim = (skip, skip + end - first) if frames else None
@@ -230,7 +226,7 @@ class ChunkEncoder:
             if redo and redo.get("join") is not None and segment == redo["segments"][-1]:
                 # The joined segment's files are new too: its chunk was done under old names.
                 for chunk in chunks:
-                    if any(s.index == redo["join"] for s in chunk.segments):
+                    if any(s.index == redo["join"] for s in chunk.made_of):
                         for indices in done.values():
                             indices.discard(chunk.index)
             for chunk in chunks:

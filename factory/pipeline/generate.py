@@ -164,18 +164,19 @@ def _what_it_continues(
     the latents carried (a latent family), and the written frames its seam is judged
     against; from this worker's warm tail when it still holds the segment before, else from
     the store."""
+    if plan.starts_shot:  # the video's or a shot's start: nothing before it, no seam
+        return None, None, None
     usable = warm is not None and warm.continues(ctx, job, plan.index)
-    tail = before = carry = None
+    tail = carry = None
     if plan.context:
         tail = warm.frames if usable and warm else stored_tail(ctx, job, plan.index - 1)
-    if plan.index > 0 and generator.carries_latents:
+    if generator.carries_latents:
         carry = warm.carry if usable and warm and warm.carry else None
         if carry is None:
             carry = stored_carry(ctx, job, plan.index - 1)
-    if plan.index > 0:
-        before = warm.written if usable and warm and warm.written is not None else None
-        if before is None:
-            before = stored_written_tail(ctx, job, plan.index - 1)
+    before = warm.written if usable and warm and warm.written is not None else None
+    if before is None:
+        before = stored_written_tail(ctx, job, plan.index - 1)
     return tail, carry, before
 
 
@@ -258,7 +259,7 @@ def _made(
     anchor = job.progress.get("anchor") if op.own_anchor else op.anchor
     spec = SegmentSpec(
         plan.index, plan.frames, video.width, video.height, video.fps, plan.first_frame,
-        plan.context,
+        plan.context, plan.shot_first,
     )  # fmt: skip
     regeneration = 0
     while True:
@@ -391,7 +392,7 @@ def _make(
     # memory layout, or float reductions in the stitcher round differently (1-level drifts).
     frames = np.ascontiguousarray(made)
     check_frames(frames, f"segment {plan.index}")
-    if anchor and plan.index > 0:
+    if anchor and plan.index > 0 and plan.shot == 0:  # the anchor is the first shot's look
         frames = toward_anchor(frames, anchor, ctx.drift_factor)
     return stitch(plan, frames, tail, ctx.stitch_strength), carried
 

@@ -111,7 +111,7 @@ class Pasts:
         plan = plans[index]
         t = history.touched(k, index)
         op = history.operations[t]
-        previous = self.state(t, index - 1) if index > 0 else None
+        previous = None if plan.starts_shot else self.state(t, index - 1)
         previous_tail = previous.tail if previous is not None else None
         if history.joined(t, index):
             assert previous_tail is not None

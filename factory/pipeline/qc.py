@@ -19,6 +19,7 @@ from factory.generate.guard import FLAT_SPREAD
 from factory.infra import metrics
 from factory.job import Job
 from factory.media.analyze import PassResult
+from factory.media.frames import frames_at
 from factory.media.probe import probe, video_packet_digests
 from factory.pipeline import files
 from factory.pipeline.chunk_qc import (
@@ -32,9 +33,16 @@ from factory.pipeline.context import StageContext
 from factory.pipeline.files import Segments
 from factory.plan.chunks import Chunk, plan_chunks
 from factory.plan.segments import SegmentPlan
-from factory.plan.video import scene_ids, video_plan
+from factory.plan.video import scene_ids, shown_seams, video_plan
 from factory.qc import gate, pictures, report
 from factory.qc.basic import expected_checks, probe_summary
+from factory.qc.cuts import (
+    FRAMES_EACH_SIDE,
+    cut_checks,
+    judge_cut,
+    judge_transition,
+    transition_checks,
+)
 from factory.qc.seams import scene_drift
 from factory.stages import Stage
 from factory.store import keys
@@ -63,6 +71,7 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
     seams = [r.seam for r in records if r.index > 0 and r.seam is not None]
     colours = {str(r.index): r.colour for r in records if r.colour is not None}
     drift = scene_drift(scene_ids(job), colours)
+    joins, join_checks, join_pictures = _judge_joins(ctx, job, plans, chunks, made, series)
     images = {"contact": "contact.png", "quality": "quality.png"}
     document = report.build(
         {"job_id": job.job_id},
@@ -74,11 +83,13 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
         segment_checks=_segment_checks(colours),
         limits=limits,
         images=images,
+        cuts=joins,
+        cut_checks=join_checks,
     )
     title = f"{job.job_id}: {'passed' if document['passed'] else 'FAILED'}"
     thumbs = {i: t for m, c in zip(measures, chunks, strict=True)
               for i, t in seam_thumbnails(ctx, m, c).items()}  # fmt: skip
-    sheet = pictures.contact_sheet(title, _seam_pictures(plans, thumbs, seams))
+    sheet = pictures.contact_sheet(title, _seam_pictures(plans, thumbs, seams), join_pictures)
     plot = pictures.quality_plot(title, video.fps, series, seams, limits.to_dict(), defects)
     summary = _store_report(ctx, job, document, {"contact": sheet, "quality": plot})
     job = ctx.machine.checkpoint(
@@ -197,13 +208,72 @@ def _seam_pictures(
     """The last frame written before each seam and the first after its transition, from the
     thumbnails the chunk measurements kept."""
     by_index = {s["seam"]: s for s in seams}
+    shown = shown_seams(plans)
     return [
         pictures.SeamPicture(
             by_index[p.index], thumbs[p.index - 1]["last"], thumbs[p.index]["first"]
         )
         for p in plans[1:]
-        if p.index in by_index
+        if p.index in by_index and p.index in shown
     ]
+
+
+def _judge_joins(
+    ctx: StageContext,
+    job: Job,
+    plans: list[SegmentPlan],
+    chunks: list[Chunk],
+    made: Segments,
+    series: dict[str, dict[str, list[float]]],
+) -> tuple[list[dict[str, Any]], list[gate.Check], list[pictures.CutPicture]]:
+    """Every join between shots, in order: a cut judged on the lossless frames beside it
+    (the encodes are held to those by the fidelity checks), a transition on the delivered
+    frames against the blend; with the two frames the contact sheet shows for each (the
+    last of the shot before, the first after the cut or the transition)."""
+    video, limits = job.video, ctx.qc
+    blends = {c.segments[0].index: c.blend for c in chunks if c.blend is not None}
+    entries: list[dict[str, Any]] = []
+    shown = []
+    for plan in plans:
+        if plan.index == 0 or not plan.starts_shot:
+            continue
+        ending = max((p for p in plans if p.shot == plan.shot - 1 and p.owned_count),
+                     key=lambda p: p.index)  # fmt: skip
+        blend = blends.get(plan.index)
+        if blend is None:
+            before = _frames(ctx, made, ending, range(max(0, ending.owned_count - FRAMES_EACH_SIDE),
+                                                      ending.owned_count))  # fmt: skip
+            after = _frames(ctx, made, plan, range(min(FRAMES_EACH_SIDE, plan.owned_count)))
+            score = judge_cut(before, after, cut=plan.index, frame=plan.write_start, fps=video.fps)
+            entries.append(score.to_dict())
+            shown.append((before[-1], after[0]))
+            continue
+        entries.append(judge_transition(
+            series[video.renditions[0]], cut=plan.index, name=blend.transition,
+            frame=blend.first_frame, frames=blend.frames, fps=video.fps,
+            min_psnr=limits.min_psnr,
+        ))  # fmt: skip
+        after_frame = min(blend.first_frame + blend.frames, plan.write_start + plan.owned_count - 1)
+        holder = next(p for p in plans if p.shot == plan.shot
+                      and p.write_start <= after_frame < p.write_start + p.owned_count)  # fmt: skip
+        last = _frames(ctx, made, ending, [ending.owned_count - 1])
+        first = _frames(ctx, made, holder, [after_frame - holder.write_start])
+        shown.append((last[0], first[0]))
+    cuts = [e for e in entries if "transition" not in e]
+    checks = cut_checks(cuts) + transition_checks(
+        [e for e in entries if "transition" in e], limits.min_psnr
+    )
+    checks.sort(key=lambda c: int(c.name.split("_")[1]))
+    pictures_ = [pictures.CutPicture(e, *frames) for e, frames in zip(entries, shown, strict=True)]
+    return entries, checks, pictures_
+
+
+def _frames(ctx: StageContext, made: Segments, plan: SegmentPlan, wanted: Any) -> np.ndarray:
+    """Frames of a segment's lossless file, by their number in it."""
+    wanted = list(wanted)
+    with ctx.store.local_path(made.segment(plan.index)) as path:
+        found = frames_at(path, wanted)
+    return np.stack([found[i] for i in wanted])
 
 
 def _runs(runs: list[tuple[float, float]]) -> list[list[float]]:

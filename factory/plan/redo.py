@@ -108,12 +108,15 @@ def plan_redo(
     version: int,
     keyframes: Mapping[int, Sequence[int]] | None = None,
 ) -> RedoPlan:
-    """``chunks``: (chunk index, its segment indices); ``seconds``: each segment's recorded
+    """``chunks``: (chunk index, its segment indices: its own, then those of the run-on it
+    blends in, factory/plan/chunks.py); ``seconds``: each segment's recorded
     generation time; ``keyframes``: where each chunk's GOPs start, in frames from the chunk's
     start (factory/plan/chunks.py; every GOP_SECONDS without it)."""
     first, last, a, b = _range_segments(video, plans, start, end)
-    after = b + 1 if b + 1 < len(plans) else None
-    why, join, made = _made_and_joined(video, plans, a, b, after, cascade)
+    # The next shot starts from nothing (a cut or a transition): never joined, never made.
+    shot_end = max(p.index for p in plans if p.shot == plans[b].shot) + 1
+    after = b + 1 if b + 1 < shot_end else None
+    why, join, made = _made_and_joined(video, plans, a, b, after, cascade, shot_end)
     changed = set(made) | ({join} if join is not None else set())
     redo_chunks = tuple(index for index, members in chunks if changed & set(members))
     estimate = sum(seconds.get(i, 0.0) for i in made)
@@ -151,20 +154,27 @@ def _made_and_joined(
     b: int,
     after: int | None,
     cascade: bool,
+    shot_end: int,
 ) -> tuple[str, int | None, list[int]]:
-    """Why, the segment joined into (None: none), and the segments made again."""
+    """Why, the segment joined into (None: none), and the segments made again (never past
+    the end of the shot the range ends in: `shot_end`, its last segment's index + 1)."""
     latent = video.model.family in LATENT_FAMILIES
-    if after is None:
+    end = "the end" if shot_end == len(plans) else f"the end of its shot (segment {shot_end - 1})"
+    if after is None and shot_end < len(plans):
+        why = (f"the range reaches the end of its shot: segment {shot_end} starts the next "
+               "shot from nothing, so nothing after it is joined")  # fmt: skip
+        join, made = None, list(range(a, b + 1))
+    elif after is None:
         why = "the range reaches the last segment: nothing after it to join"
         join, made = None, list(range(a, b + 1))
     elif cascade:
-        why = f"--cascade: every segment from {a} to the end is made again"
-        join, made = None, list(range(a, len(plans)))
+        why = f"--cascade: every segment from {a} to {end} is made again"
+        join, made = None, list(range(a, shot_end))
     elif latent:
         raise BadInput(
             f"{video.model.family} continues each segment from the previous one's latents, so "
             f"segment {after} cannot take a new past without being made again: give --cascade "
-            f"to make segments {a}-{len(plans) - 1} again ({len(plans) - a} segments)",
+            f"to make segments {a}-{shot_end - 1} again ({shot_end - a} segments, to {end})",
             field="--cascade",
         )
     else:
@@ -208,8 +218,9 @@ def _encode_cost(
     for index, members in chunks:
         if index not in redo_chunks:
             continue
-        chunk_start = plans[members[0]].write_start
-        size = plans[members[-1]].write_end - chunk_start
+        own = [m for m in members if plans[m].shot == plans[members[0]].shot]
+        chunk_start = plans[own[0]].write_start
+        size = sum(plans[m].owned_count for m in own)
         starts = (keyframes or {}).get(index) or range(0, size, GOP_SECONDS * video.fps)
         lo, hi = max(changed_start - chunk_start, 0), min(changed_end - chunk_start, size)
         gop_start, gop_end = gop_span(list(starts), size, lo, hi)

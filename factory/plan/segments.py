@@ -42,7 +42,23 @@ class SegmentPlan:
     write_start: int  # output frames this segment writes: [write_start, write_end)
     write_end: int
     scene: int  # index of the scene whose prompt it uses
-    is_last: bool
+    is_last: bool  # the last of its shot (a video of one shot: of the video)
+    shot: int = 0  # the shot it belongs to (factory/plan/shots.py)
+    shot_first: int = 0  # the index of its shot's first segment
+    # Written frames past its shot's end: the shot's run-on into a transition, which the
+    # next shot's first chunk blends in; the rest, [write_start, write_end - run_on), it owns.
+    run_on: int = 0
+
+    @property
+    def owned_count(self) -> int:
+        """The frames it delivers on its own: all it writes but its run-on."""
+        return self.write_count - self.run_on
+
+    @property
+    def starts_shot(self) -> bool:
+        """The first segment of the video or of a shot: generated from its own start, not
+        conditioned on (or seam-judged against) the segment before."""
+        return self.index == self.shot_first
 
     @property
     def write_count(self) -> int:

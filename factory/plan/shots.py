@@ -1,6 +1,5 @@
-"""Shots: a video told as runs of scenes joined by a cut or a transition (issue 37, the
-planning half; the manifest, the stages and the quality gate do not use it yet). Pure
-arithmetic over frame numbers: no torch, no I/O.
+"""Shots: a video told as runs of scenes joined by a cut or a transition (docs/manifest.md,
+"Shots"). Pure arithmetic over frame numbers: no torch, no I/O.
 
 A scene joins the one before it in one of three ways:
 
@@ -33,9 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from factory.plan.segments import SegmentPlan, plan_segments
-
-CONTINUE = "continue"
-CUT = "cut"
+from factory.spec import CONTINUE, CUT
 
 
 @dataclass(frozen=True)
@@ -110,6 +107,9 @@ def plan_shots(
                 write_start=plan.write_start + start,
                 write_end=plan.write_end + start,
                 scene=plan.scene + first_scene,
+                shot=len(shots),
+                shot_first=next_segment,
+                run_on=max(0, plan.write_end + start - max(plan.write_start + start, end)),
             )
             for plan in planned
         )

@@ -9,21 +9,29 @@ from typing import Any
 
 from factory.job import Job
 from factory.plan.redo import given
-from factory.plan.segments import SegmentPlan, plan_segments, scene_start_frames
-from factory.spec import VideoSpec
+from factory.plan.segments import SegmentPlan, scene_start_frames
+from factory.plan.shots import Join, ShotPlan, plan_shots
+from factory.spec import VideoSpec, transition_frames
 
 
 def video_plan(video: VideoSpec) -> list[SegmentPlan]:
+    """Every segment of the video, shot after shot, numbered through the video."""
+    return [s for shot in video_shots(video) for s in shot.segments]
+
+
+def video_shots(video: VideoSpec) -> list[ShotPlan]:
     starts = tuple(scene_start_frames([s.start for s in video.scenes], video.fps))
+    joins = tuple(Join(s.join, transition_frames(s, video.fps)) for s in video.scenes)
     shape = (video.frames_total, video.segment_frames, video.segment_overlap)
-    return list(_plan(*shape, starts, video.first_segment_short))
+    return list(_plan(*shape, starts, joins, video.first_segment_short))
 
 
 @functools.lru_cache(maxsize=64)
-def _plan(frames: int, length: int, overlap: int, starts: tuple[int, ...], short: int) -> tuple:
+def _plan(frames: int, length: int, overlap: int, starts: tuple[int, ...],
+          joins: tuple[Join, ...], short: int) -> tuple[ShotPlan, ...]:  # fmt: skip
     """Planned once per process and video shape: the segment path asks for it several times
     per segment, and a 3,000-segment plan takes milliseconds to make."""
-    return tuple(plan_segments(frames, length, overlap, starts, short))
+    return tuple(plan_shots(frames, length, overlap, starts, joins, short))
 
 
 def scene_ids(job: Job) -> list[int]:
@@ -66,3 +74,19 @@ def segments_made(before: Job, after: Job) -> set[int]:
     if redo and redo.get("join") is not None and redo["segments"][-1] in made:
         made.add(int(redo["join"]))
     return made
+
+
+def shown_seams(plans: list[SegmentPlan]) -> set[int]:
+    """The seams the contact sheet has a row for: those between two segments that each
+    deliver frames of their own (a run-on into a transition is blended, never shown alone).
+    Its rows: these seams in order, then a row per join between shots (`joins`)."""
+    return {
+        p.index
+        for p in plans[1:]
+        if not p.starts_shot and p.owned_count and plans[p.index - 1].owned_count
+    }
+
+
+def joins(plans: list[SegmentPlan]) -> list[int]:
+    """The segments that start a shot after the first: where a cut or a transition is."""
+    return [p.index for p in plans if p.index and p.starts_shot]

@@ -14,6 +14,7 @@ from PIL import Image, ImageDraw, ImageFont
 THUMB_WIDTH = 240
 SHEET_TOP, ROW_GAP = 40, 12  # the contact sheet's title band; space between its rows
 PASS, FAIL, INK, PAPER = (40, 160, 70), (210, 40, 40), (20, 20, 20), (250, 250, 248)
+CUT, TRANSITION = (40, 90, 200), (150, 60, 190)  # a clean cut's border, a transition's
 
 
 @dataclass
@@ -21,6 +22,16 @@ class SeamPicture:
     seam: dict[str, Any]  # a SeamScore as a dict
     before: np.ndarray  # the last frame before the seam
     after: np.ndarray  # the first frame after its transition
+
+
+@dataclass
+class CutPicture:
+    """A cut or a transition (factory/qc/cuts.py): its rows follow the seams', marked as
+    what they are, not as seams."""
+
+    cut: dict[str, Any]  # a CutScore as a dict, or a judged transition
+    before: np.ndarray  # the last frame of the shot before
+    after: np.ndarray  # the first frame of the shot after
 
 
 def thumbnails(first: np.ndarray, last: np.ndarray) -> bytes:
@@ -54,19 +65,26 @@ def _thumb(frame: np.ndarray) -> Image.Image:
     return image.resize((THUMB_WIDTH, height), Image.Resampling.BILINEAR)
 
 
-def contact_sheet(title: str, seams: Sequence[SeamPicture]) -> bytes:
+def contact_sheet(
+    title: str, seams: Sequence[SeamPicture], cuts: Sequence[CutPicture] = ()
+) -> bytes:
+    """A row per seam, then a row per cut or transition (a dashed or dotted border in their
+    own colours): the console cuts rows out of it by their order (`sheet_frames`)."""
     font = ImageFont.load_default(size=14)
     small = ImageFont.load_default(size=12)
-    thumb_h = _thumb(seams[0].before).height if seams else 0
+    first = seams[0].before if seams else cuts[0].before if cuts else None
+    thumb_h = _thumb(first).height if first is not None else 0
     row_h = thumb_h + ROW_GAP
     text_w = 330
     width = 2 * THUMB_WIDTH + text_w + 40
-    height = SHEET_TOP + max(1, len(seams)) * row_h
+    height = SHEET_TOP + max(1, len(seams) + len(cuts)) * row_h
     sheet = Image.new("RGB", (width, height), PAPER)
     draw = ImageDraw.Draw(sheet)
     draw.text((10, 10), title, fill=INK, font=font)
-    if not seams:
+    if not seams and not cuts:
         draw.text((10, 44), "one segment: no seams", fill=INK, font=small)
+    for i, cut in enumerate(cuts):
+        _cut_row(sheet, draw, SHEET_TOP + (len(seams) + i) * row_h, thumb_h, cut, small)
     for i, picture in enumerate(seams):
         top = SHEET_TOP + i * row_h
         data = picture.seam
@@ -89,6 +107,36 @@ def contact_sheet(title: str, seams: Sequence[SeamPicture]) -> bytes:
     out = io.BytesIO()
     sheet.save(out, format="PNG")
     return out.getvalue()
+
+
+def _cut_row(sheet: Image.Image, draw: ImageDraw.ImageDraw, top: int, thumb_h: int,
+             picture: CutPicture, font: Any) -> None:  # fmt: skip
+    data = picture.cut
+    transition = data.get("transition")
+    colour = (TRANSITION if transition else CUT) if data["passed"] else FAIL
+    left, upper, right, lower = _frames_box(top, thumb_h)
+    dash, gap = (2, 6) if transition else (6, 12)  # dotted: a transition; dashed: a cut
+    for x in range(left, right, gap):
+        draw.rectangle((x, upper, min(x + dash, right), lower), fill=colour)
+    sheet.paste(_thumb(picture.before), (10, top))
+    sheet.paste(_thumb(picture.after), (18 + THUMB_WIDTH, top))
+    if transition:
+        psnr = "not sampled" if data["psnr_y"] is None else f"{data['psnr_y']:.1f} dB"
+        lines = [
+            f"{transition.upper()} before segment {data['cut']} at {data['seconds']:.2f} s",
+            f"{data['frames']} frames; PSNR-Y against the blend {psnr}",
+            "blended" if data["passed"] else "FAILED: " + "; ".join(data.get("failures", [])),
+        ]
+    else:
+        blend = "shots alike" if data["blend"] is None else f"blend ratio {data['blend']:.3f}"
+        lines = [
+            f"CUT before segment {data['cut']} at {data['seconds']:.2f} s",
+            f"jump (luma MSE) {data['jump']:.1f}   {blend}",
+            "clean" if data["passed"] else "FAILED: " + "; ".join(data.get("failures", [])),
+        ]
+    x = 34 + 2 * THUMB_WIDTH
+    for j, line in enumerate(lines):
+        draw.text((x, top + 4 + j * 18), line[:60], fill=colour if j == 2 else INK, font=font)
 
 
 def sheet_frames(sheet: bytes, row: int, rows: int) -> bytes | None:

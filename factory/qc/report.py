@@ -21,6 +21,8 @@ def build(
     segment_checks: list[Check],
     limits: QcThresholds,
     images: dict[str, str],
+    cuts: list[dict[str, Any]] | None = None,
+    cut_checks: list[Check] | None = None,
 ) -> dict[str, Any]:
     """`renditions`: name -> {"checks": [Check], "fidelity": {...} | None, "probe": {...}}."""
     failures: list[dict[str, str]] = []
@@ -38,6 +40,7 @@ def build(
     failures += failures_of("seams", seam_checks)
     failures += failures_of("drift", drift_checks)
     failures += failures_of("segments", segment_checks)
+    failures += failures_of("cuts", cut_checks or [])
     return {
         "schema": SCHEMA,
         **subject,
@@ -46,6 +49,7 @@ def build(
         "thresholds": limits.to_dict(),
         "renditions": rendered,
         "seams": seams,
+        "cuts": cuts or [],
         "drift": drift,
         "segments": [c.to_dict() for c in segment_checks],
         "images": images,

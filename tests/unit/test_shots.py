@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from factory.plan.segments import plan_segments
-from factory.plan.shots import CONTINUE, CUT, Join, plan_shots, shot_keyframes, sources
+from factory.plan.shots import Join, plan_shots, shot_keyframes, sources
+from factory.spec import CONTINUE, CUT
 
 
 @st.composite
