@@ -2,7 +2,10 @@
 
     python bench/orchestration.py [--seconds-per-segment 2.0] [--jobs 8] [--segments 30]
 
-Two runs, each on a throwaway PostgreSQL database and the machine's Redis:
+Three runs, each on a throwaway PostgreSQL database and the machine's Redis:
+
+- one video of 4 equal shots (joined by cuts, 15 segments each) on 4 GPU-queue workers:
+  generation makespan / one shot's ideal time (target <= 1.1; one GPU at a time: 4);
 
 - 8 jobs x 30 segments on 4 GPU-queue workers, and 8 jobs x 10 segments on 1 (a CPU worker
   beside them for the encode -> mux -> qc -> deliver chains);
@@ -139,6 +142,51 @@ def run_batch(workers: int, jobs: int, segments: int, seconds: float) -> dict[st
     }
 
 
+def shots_manifest(path: Path, shots: int, segments: int, seconds: float) -> Path:
+    """One video of SHOTS equal shots joined by cuts, SEGMENTS `timed` segments each."""
+    frames = 8 + (segments - 1) * 6  # per shot: segments of 8 frames, overlap 2, at 8 fps
+    scenes = "".join(
+        f"      - {{start: {k * frames / 8}, prompt: shot {k}{', join: cut' if k else ''}}}\n"
+        for k in range(shots)
+    )
+    path.write_text(
+        "batch: shots\nvideos:\n  - id: v\n"
+        f"    duration: {shots * frames / 8}\n    fps: 8\n    resolution: 64x64\n"
+        "    segment: {frames: 8, overlap: 2}\n    renditions: [compat]\n"
+        f"    model: {{family: timed, seconds_per_segment: {seconds}}}\n    scenes:\n{scenes}"
+    )
+    return path
+
+
+def run_shots(workers: int, shots: int, segments: int, seconds: float) -> dict[str, float]:
+    """One video of SHOTS shots on WORKERS GPU workers: its generation makespan (from the
+    job's creation to its last segment) / one shot's ideal time (segments x seconds)."""
+    name = f"factory_bench_{uuid.uuid4().hex[:8]}"
+    admin = psycopg2.connect(PG_ADMIN)
+    admin.autocommit = True
+    admin.cursor().execute(f'CREATE DATABASE "{name}"')
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            cluster = new_cluster(Path(tmp), f"postgresql+psycopg2://postgres@127.0.0.1/{name}")
+            cluster.env_overrides = {"FACTORY_STALE_AFTER": "600"}
+            try:
+                cluster.start_workers(gpus=workers, cpu=True, beat=False)
+                ids = cluster.submit(shots_manifest(Path(tmp) / "m.yaml", shots, segments,
+                                                    seconds))  # fmt: skip
+                [done] = cluster.wait_done(ids, timeout=3600)
+                events = cluster.factory().jobs.events(ids[0])
+            finally:
+                cluster.stop()
+    finally:
+        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    assert done.stage.value == "done"
+    last = max(e.at.timestamp() for e in events if e.event == "segment.done")
+    makespan = last - done.created_at.timestamp()
+    holders = {e.detail["worker"] for e in events if e.event in ("claimed", "shot.joined")}
+    return {"makespan": makespan / (segments * seconds), "makespan_s": makespan,
+            "ideal_s": segments * seconds, "workers": len(holders)}  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds-per-segment", type=float, default=2.0)
@@ -146,8 +194,15 @@ def main() -> None:
     parser.add_argument("--segments", type=int, default=30)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--one-gpu-segments", type=int, default=10)
+    parser.add_argument("--shot-segments", type=int, default=15)
     args = parser.parse_args()
     seconds = args.seconds_per_segment
+    shots = run_shots(args.workers, args.workers, args.shot_segments, seconds)
+    print(f"\n| one video of {args.workers} shots x {args.shot_segments} x {seconds} s on "
+          f"{args.workers} GPU workers | makespan / one shot's ideal {shots['makespan']:.3f} "
+          f"({shots['makespan_s']:.1f} s / {shots['ideal_s']:.1f} s) | "
+          f"{shots['workers']:.0f} holders (target <= 1.1; one GPU would take "
+          f"{args.workers}) |")  # fmt: skip
     runs = [
         (args.workers, args.segments, run_batch(args.workers, args.jobs, args.segments, seconds)),
         (1, args.one_gpu_segments, run_batch(1, args.jobs, args.one_gpu_segments, seconds)),

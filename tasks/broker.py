@@ -44,17 +44,19 @@ def live_queues(conn: redis.Redis) -> list[str]:
 
 
 def advancing(raw: bytes, headers: dict) -> tuple[str, str, int] | None:
-    """(job, stage, attempt) of a message that can advance a job's stage: a segment message
-    or a CPU stage link that carries its fencing token. A chunk encode cannot, nor can a
+    """(job, stage, attempt) of a message that can advance a job's stage: a segment or shot
+    message or a CPU stage link that carries its fencing token. A chunk encode cannot, nor can a
     link sent before links carried tokens (it is dropped or superseded all the same)."""
     task = headers.get("task")
-    if task not in ("factory.generate_segment", "factory.cpu_stage"):
+    if task not in ("factory.generate_segment", "factory.generate_shot", "factory.cpu_stage"):
         return None
     try:
         args = message_args(raw)
     except (ValueError, KeyError, IndexError, TypeError):
         return None
     if task == "factory.generate_segment" and len(args) == 2:
+        return str(args[0]), "generate", int(args[1])
+    if task == "factory.generate_shot" and len(args) == 3:  # joins under that attempt
         return str(args[0]), "generate", int(args[1])
     if task == "factory.cpu_stage" and len(args) == 3:
         return str(args[0]), str(args[1]), int(args[2])

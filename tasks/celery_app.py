@@ -40,6 +40,7 @@ def make_app(settings: Settings) -> Celery:
         task_queues=[Queue(GPU_SHARED), Queue(CPU), Queue(CONTROL)],
         task_routes={
             "factory.generate_segment": {"queue": GPU_SHARED},
+            "factory.generate_shot": {"queue": GPU_SHARED},
             "factory.sweep": {"queue": CONTROL},
         },
         beat_schedule={

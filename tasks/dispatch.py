@@ -28,6 +28,17 @@ def send_segment(app: Celery, job: Job, queue: str = GPU_SHARED) -> None:
     )
 
 
+def send_shot(app: Celery, job: Job, shot: int | None = None, queue: str = GPU_SHARED) -> None:
+    """One more GPU for a video told in shots: joins under the job's current attempt and
+    takes an open shot (`shot` first: a holder's own continuation)."""
+    app.send_task(
+        "factory.generate_shot",
+        args=[job.job_id, job.attempt, shot],
+        queue=queue,
+        headers=headers(job),
+    )
+
+
 def send_cpu_chain(app: Celery, job: Job) -> None:
     """encode → mux → qc → deliver from the job's stage on; each link records its stage.
 

@@ -12,11 +12,12 @@ from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
-from factory.errors import PermanentError, RetryableError, StaleAttempt
+from factory.errors import IllegalTransition, PermanentError, RetryableError, StaleAttempt
 from factory.infra.heartbeat import Heartbeat
 from factory.job import Job
 from factory.pipeline.chunk_qc import measure_chunk
 from factory.pipeline.chunks import chunk_ready
+from factory.pipeline.claims import Claim, Unclaimed
 from factory.pipeline.context import StageContext
 from factory.pipeline.deliver import run_deliver
 from factory.pipeline.encode import ensure_chunk, run_encode
@@ -25,7 +26,7 @@ from factory.pipeline.generate import generate_segment as make_segment
 from factory.pipeline.mux import run_mux
 from factory.pipeline.qc import run_qc
 from factory.plan.chunks import plan_chunks
-from factory.plan.video import next_segment, segments_made
+from factory.plan.video import next_segment, open_shots, segments_made, video_shots
 from factory.stages import Stage, order
 from tasks import (
     broker,
@@ -71,6 +72,12 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
     try:
         if job.stage is Stage.QUEUED:
             job = rt.machine.transition(job_id, attempt=job.attempt, to=Stage.GENERATE)
+        if len(video_shots(job.video)) > 1:
+            # A video told in shots: every other open shot offered to the GPUs at once.
+            for _ in open_shots(job)[1:]:
+                dispatch.send_shot(app, job)
+            _make_shots(rt, job)
+            return
         started, longest = time.monotonic(), 0.0
         with _heartbeat(rt, job):
             while True:
@@ -79,10 +86,7 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
                 longest = max(longest, time.monotonic() - began)
                 made = segments_made(before, job)
                 log.info("segment.done", extra={"segments": sorted(made), "attempt": job.attempt})
-                for chunk in plan_chunks(job.video):  # the chunks this call completed
-                    members = {s.index for s in chunk.made_of}
-                    if members & made and chunk_ready(job, chunk):
-                        dispatch.send_chunk(app, job, chunk.index)
+                _send_ready_chunks(job, made)
                 if next_segment(job) is None or not _own_queue_alive(rt):
                     break
                 if not _time_for_another(rt, time.monotonic() - started, longest):
@@ -105,6 +109,98 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
     except Exception as exc:
         _fail(job_id, job.attempt, exc, internal=True)
         raise
+
+
+@app.task(name="factory.generate_shot", acks_late=False)
+def generate_shot(job_id: str, attempt: int, shot: int | None = None) -> None:
+    """One more GPU on a video told in shots (docs/pipeline.md, "Shots in parallel"): joins
+    the job's generation under the attempt that holds it, takes a shot no one holds (`shot`
+    first, when given: its own continuation) and makes its segments; then another, while
+    any is open."""
+    rt = runtime()
+    try:
+        job = rt.machine.join(job_id, attempt=attempt, worker=rt.worker, shot=shot)
+    except StaleAttempt as exc:  # finished, requeued, cancelled or recovered since
+        log.info("shot.skipped", extra={"job_id": job_id, "reason": exc.reason})
+        return
+    try:
+        _make_shots(rt, job, prefer=shot)
+    except StaleAttempt as exc:
+        log.info("shot.stopped", extra={"job_id": job_id, "reason": exc.reason})
+    except INTERRUPTIONS as exc:
+        log.warning("shot.interrupted", extra={"job_id": job_id, "error": str(exc)})
+        _interrupt(job_id, job.attempt, exc)
+    except PermanentError as exc:
+        _fail(job_id, job.attempt, exc)
+    except Exception as exc:
+        _fail(job_id, job.attempt, exc, internal=True)
+        raise
+
+
+def _make_shots(rt: Runtime, job: Job, prefer: int | None = None) -> None:
+    """While a shot is open and no one holds it: hold it (a lease in Redis, renewed while the
+    holder lives, gone 30 s after it dies) and make its segments, each stored and recorded
+    before the next, fenced by the shared attempt and checked against the lease right
+    before anything is stored. A GPU finishes the shot it holds before it takes another.
+    The holder that finds every segment made moves the job on to `encode`."""
+    started, longest = time.monotonic(), 0.0
+    with _heartbeat(rt, job):
+        while True:
+            job = rt.machine.get(job.job_id)
+            if job.stage is not Stage.GENERATE:
+                return
+            held = False
+            for shot in sorted(open_shots(job), key=lambda k: (k != prefer, k)):
+                with rt.claims.hold(_shot_lease(job, shot)) as lease:
+                    if lease is None or isinstance(lease, Unclaimed):
+                        continue  # another holder's, or Redis cannot say: never two holders
+                    held = True
+                    rt.machine.note(job.job_id, "shot.taken", {"shot": shot, "worker": rt.worker,
+                                                               "attempt": job.attempt})  # fmt: skip
+                    job, longest, more = _make_shot(rt, job, shot, lease, started, longest)
+                    if not more:  # out of time, or this worker is leaving: hand it on
+                        queue = rt.own_queue if _own_queue_alive(rt) else GPU_SHARED
+                        dispatch.send_shot(app, job, shot=shot, queue=queue)
+                        return
+                break
+            if not held:
+                break
+    if next_segment(job) is None:
+        try:
+            job = rt.machine.transition(job.job_id, attempt=job.attempt, to=Stage.ENCODE)
+        except IllegalTransition:
+            return  # the holder of another shot was first
+        dispatch.send_cpu_chain(app, job)
+
+
+def _make_shot(
+    rt: Runtime, job: Job, shot: int, lease: Claim, started: float, longest: float
+) -> tuple[Job, float, bool]:
+    """The shot's segments, until it is made (True) or this task's time is up or its worker
+    leaving (False: the caller hands the shot on)."""
+    while next_segment(job, shot) is not None:
+        if not _time_for_another(rt, time.monotonic() - started, longest) or not (
+            _own_queue_alive(rt) or rt.own_queue is None
+        ):
+            return job, longest, False
+        began, before = time.monotonic(), job
+        job, rt.warm = make_segment(rt.ctx, job, rt.warm, shot=shot, keep=lease.held)
+        longest = max(longest, time.monotonic() - began)
+        made = segments_made(before, job)
+        log.info("segment.done", extra={"segments": sorted(made), "attempt": job.attempt,
+                                        "shot": shot})  # fmt: skip
+        _send_ready_chunks(job, made)
+    return job, longest, True
+
+
+def _shot_lease(job: Job, shot: int) -> str:
+    return f"shot/{job.job_id}/{job.attempt}/{shot}"
+
+
+def _send_ready_chunks(job: Job, made: set[int]) -> None:
+    for chunk in plan_chunks(job.video):  # the chunks this segment completed
+        if {s.index for s in chunk.made_of} & made and chunk_ready(job, chunk):
+            dispatch.send_chunk(app, job, chunk.index)
 
 
 @app.task(name="factory.cpu_stage", bind=True, acks_late=False)

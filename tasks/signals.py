@@ -103,14 +103,14 @@ def _move_own_queue(queue: str, url: str) -> None:
     conn = broker.client(url)
     for raw, headers in list(broker.messages(conn, queue)):
         if conn.lrem(queue, 1, raw):
-            job_id, attempt = broker.message_args(raw)
+            args = broker.message_args(raw)  # a segment's (job, attempt), a shot's + shot
             app.send_task(
-                "factory.generate_segment",
-                args=[job_id, attempt],
+                headers.get("task") or "factory.generate_segment",
+                args=args,
                 queue=GPU_SHARED,
                 headers={k: headers[k] for k in ("job_id", "trace_id") if k in headers},
             )
-            log.info("worker.handed_back", extra={"job_id": job_id})
+            log.info("worker.handed_back", extra={"job_id": args[0]})
 
 
 def _settings() -> Settings:

@@ -1,5 +1,6 @@
 """The writes a worker makes while it holds a job: the claim that gives it an attempt (its
-fencing token), then transition, checkpoint, record_segment, heartbeat, fail, release and
+fencing token) or a join that shares it (one more GPU on a video's shots), then transition,
+checkpoint, record_segment, heartbeat, fail, release and
 interrupt, each carrying ``AND attempt = :mine``, so a stale holder changes nothing and gets
 ``StaleAttempt``; and note, an entry on the timeline that changes nothing else.
 """
@@ -14,7 +15,7 @@ from sqlalchemy import Connection, text, update
 
 from factory.db.core import MachineCore, _insert_for, _with_timing
 from factory.db.models import job_segments, jobs
-from factory.errors import IllegalTransition
+from factory.errors import IllegalTransition, StaleAttempt
 from factory.infra.redact import redact, redact_value
 from factory.job import Job, SegmentRecord
 from factory.stages import ACTIVE, Stage, is_legal
@@ -56,6 +57,19 @@ class WorkerWrites(MachineCore):
             job = Job.from_row(row)
             self._event(conn, job_id, job.stage, "claimed", job.attempt, job.trace_id,
                         {"worker": worker}, at=job.updated_at)  # fmt: skip
+            return job
+
+    def join(self, job_id: str, *, attempt: int, worker: str, shot: int | None = None) -> Job:
+        """One more GPU on a job's generation, under the attempt that holds it (no new one:
+        its holders share the fencing token, each making other shots; a requeue, cancel or
+        recovery fences them all out at once). Refused as stale unless the job is still in
+        `generate` at ``attempt``."""
+        with self.database.transaction() as conn:
+            job = self._held(conn, job_id, attempt)
+            if job.stage is not Stage.GENERATE:
+                raise StaleAttempt(job_id, attempt, f"the job is in {job.stage.value}")
+            detail = {"worker": worker, **({"shot": shot} if shot is not None else {})}
+            self._event(conn, job_id, job.stage, "shot.joined", attempt, job.trace_id, detail)
             return job
 
     def transition(

@@ -53,8 +53,8 @@ class Claims(Protocol):
         ...
 
 
-class _Unclaimed:
-    """Redis could not be asked: the encode runs without a claim."""
+class Unclaimed:
+    """Redis could not be asked: the encode runs without a claim (a shot is not taken)."""
 
     def held(self) -> bool:
         return True
@@ -74,7 +74,7 @@ class RedisClaims:
             got = bool(self.client.set(name, token, nx=True, px=int(self.ttl * 1000)))
         except redis.RedisError as exc:
             log.warning("chunk.claim_unavailable", extra={"key": key, "error": str(exc)})
-            yield _Unclaimed()
+            yield Unclaimed()
             return
         if not got:
             yield None

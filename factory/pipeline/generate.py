@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from factory.errors import PermanentError
+from factory.errors import PermanentError, StaleAttempt
 from factory.generate import Generator, PromptEmbedding, SegmentSpec, segment_seed
 from factory.generate.guard import check_frames
 from factory.infra import metrics, stopping
@@ -78,14 +78,20 @@ class SeamFailed(PermanentError):
 
 
 def generate_segment(
-    ctx: StageContext, job: Job, warm: WarmTail | None = None
+    ctx: StageContext,
+    job: Job,
+    warm: WarmTail | None = None,
+    shot: int | None = None,
+    keep: Callable[[], bool] | None = None,
 ) -> tuple[Job, WarmTail | None]:
-    """Generate, stitch, check the seam, store and record the job's next segment; the caller
-    holds the job. A bad seam regenerates the segment with a new seed (bounded). The segment
-    is made as the operation that last made it did (factory/pipeline/lineage.py): its seeds,
-    prompt and drift anchor; a segment a redo joined into is its past frames cross-faded
-    again, recorded with the redo's last segment."""
-    plan = next_segment(job)
+    """Generate, stitch, check the seam, store and record the job's next segment (of shot
+    `shot`, where several holders share a video's shots); the caller holds the job. A bad
+    seam regenerates the segment with a new seed (bounded). The segment is made as the
+    operation that last made it did (factory/pipeline/lineage.py): its seeds, prompt and
+    drift anchor; a segment a redo joined into is its past frames cross-faded again,
+    recorded with the redo's last segment. ``keep`` is asked right before anything is
+    stored (the holder's lease on the shot is still its own); False: StaleAttempt."""
+    plan = next_segment(job, shot)
     if plan is None:
         return job, warm
     video = job.video
@@ -121,6 +127,8 @@ def generate_segment(
     made = _made(ctx, job, plan, op, generator, tail, carry, before, join, source, regenerated)
     stitched, carried, seam, joined, joined_seam, regeneration = made
     stopping.check()  # a holder that lost the job stops before it writes anything
+    if keep is not None and not keep():
+        raise StaleAttempt(job.job_id, job.attempt, f"shot {plan.shot} was taken by another")
     store_segment(ctx, job, plan, stitched.frames, stitched.tail, carried)
     # The join is recorded only while it is what the current content has (a later redo may
     # have made that segment again since; its seam was judged all the same, as when this redo

@@ -61,9 +61,17 @@ def scene_change_at(prompts: Any, plans: list[SegmentPlan], index: int) -> bool:
     return (before.scene, given(prompts, index - 1)) != (after.scene, given(prompts, index))
 
 
-def next_segment(job: Job) -> SegmentPlan | None:
+def next_segment(job: Job, shot: int | None = None) -> SegmentPlan | None:
+    """The first segment not yet made: of the video, or of shot `shot`."""
     done = set(job.progress["segments"])
-    return next((p for p in video_plan(job.video) if p.index not in done), None)
+    plans = video_plan(job.video)
+    return next((p for p in plans if p.index not in done and shot in (None, p.shot)), None)
+
+
+def open_shots(job: Job) -> list[int]:
+    """The shots with a segment still to make, in order."""
+    done = set(job.progress["segments"])
+    return sorted({p.shot for p in video_plan(job.video) if p.index not in done})
 
 
 def segments_made(before: Job, after: Job) -> set[int]:

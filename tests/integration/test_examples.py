@@ -4,9 +4,9 @@
 The whole nightly batch (8 videos of two minutes, 20-30 minutes here) is `.ci/run`'s second
 half, after the suite (`scripts/demo` on a fresh home: all 8 must be delivered). Here one of
 its videos runs as the file defines it, cut to its first 40 seconds (two of its three scenes,
-its scene change, its audio bed, its three renditions and its quality gate at the nightly
-resolution, fps and segment length): market-day, the one whose drift check once failed the
-gate on procedural content."""
+its cut to a new shot, its audio bed, its three renditions and its quality gate at the
+nightly resolution, fps and segment length): market-day, the one whose drift check once
+failed the gate on procedural content."""
 
 from __future__ import annotations
 
@@ -55,3 +55,8 @@ def test_a_nightly_video_is_delivered_as_the_example_defines_it(tmp_path: Path):
     status = json.loads(run_cli("status", "nightly.market-day", "--json", env=env).stdout)
     assert status["stage"] == "done"
     assert status["progress"]["qc"]["passed"] is True
+    # its second scene starts a new shot with a cut, judged as a cut by its gate
+    assert video["scenes"][1]["join"] == "cut"
+    report = json.loads((tmp_path / "home/store/nightly/market-day/qc.json").read_text())
+    [cut] = report["cuts"]
+    assert cut["seconds"] == 35.0 and cut["passed"] and "transition" not in cut
