@@ -182,7 +182,8 @@ def run_shots(workers: int, shots: int, segments: int, seconds: float) -> dict[s
     assert done.stage.value == "done"
     last = max(e.at.timestamp() for e in events if e.event == "segment.done")
     makespan = last - done.created_at.timestamp()
-    holders = {e.detail["worker"] for e in events if e.event in ("claimed", "shot.joined")}
+    holders = {e.detail["worker"] for e in events if e.event in ("claimed", "shot.joined")
+               and "/gpu." in e.detail["worker"]}  # fmt: skip
     return {"makespan": makespan / (segments * seconds), "makespan_s": makespan,
             "ideal_s": segments * seconds, "workers": len(holders)}  # fmt: skip
 
@@ -201,7 +202,7 @@ def main() -> None:
     print(f"\n| one video of {args.workers} shots x {args.shot_segments} x {seconds} s on "
           f"{args.workers} GPU workers | makespan / one shot's ideal {shots['makespan']:.3f} "
           f"({shots['makespan_s']:.1f} s / {shots['ideal_s']:.1f} s) | "
-          f"{shots['workers']:.0f} holders (target <= 1.1; one GPU would take "
+          f"{shots['workers']:.0f} GPU holders (target <= 1.1; one GPU would take "
           f"{args.workers}) |")  # fmt: skip
     runs = [
         (args.workers, args.segments, run_batch(args.workers, args.jobs, args.segments, seconds)),

@@ -17,6 +17,7 @@ from factory.infra.heartbeat import Heartbeat
 from factory.job import Job
 from factory.pipeline.chunk_qc import measure_chunk
 from factory.pipeline.chunks import chunk_ready
+from factory.pipeline.claims import TTL as LEASE_SECONDS
 from factory.pipeline.claims import Claim, Unclaimed
 from factory.pipeline.context import StageContext
 from factory.pipeline.deliver import run_deliver
@@ -26,7 +27,13 @@ from factory.pipeline.generate import generate_segment as make_segment
 from factory.pipeline.mux import run_mux
 from factory.pipeline.qc import run_qc
 from factory.plan.chunks import plan_chunks
-from factory.plan.video import next_segment, open_shots, segments_made, video_shots
+from factory.plan.video import (
+    next_segment,
+    open_shots,
+    segments_made,
+    video_plan,
+    video_shots,
+)
 from factory.stages import Stage, order
 from tasks import (
     broker,
@@ -186,7 +193,8 @@ def _make_shot(
         began, before = time.monotonic(), job
         job, rt.warm = make_segment(rt.ctx, job, rt.warm, shot=shot, keep=lease.held)
         longest = max(longest, time.monotonic() - began)
-        made = segments_made(before, job)
+        mine = {p.index for p in video_plan(job.video) if p.shot == shot}
+        made = segments_made(before, job) & mine  # not what other holders recorded meanwhile
         log.info("segment.done", extra={"segments": sorted(made), "attempt": job.attempt,
                                         "shot": shot})  # fmt: skip
         _send_ready_chunks(job, made)
@@ -279,7 +287,30 @@ def sweep() -> dict[str, list[str]]:
         dispatch.dispatch(app, job)
     for job in failed:
         log.error("sweep.gave_up", extra={"job_id": job.job_id})
-    return {"resumed": [j.job_id for j in claimed], "failed": [j.job_id for j in failed]}
+    offered = _offer_open_shots(rt)
+    return {"resumed": [j.job_id for j in claimed], "failed": [j.job_id for j in failed],
+            "offered": offered}  # fmt: skip
+
+
+def _offer_open_shots(rt: Runtime) -> list[str]:
+    """The shots of videos in generation that no one holds while the job itself is held (a
+    holder died mid-shot while the others work on): one `generate_shot` message each, at
+    most once per lease lifetime (30 s), so an idle GPU resumes it within a sweep of its
+    lease's expiry instead of once the job has gone quiet."""
+    offered = []
+    for job in rt.machine.list_jobs(stage=Stage.GENERATE):
+        if job.claimed_by is None or len(video_shots(job.video)) < 2:
+            continue
+        for shot in open_shots(job):
+            lease = _shot_lease(job, shot)
+            # At most once per lease lifetime: a shot offered while its first holder's join
+            # message waited is offered again soon after a holder that took it dies.
+            if rt.claims.held(lease) or not rt.claims.once(f"offered/{lease}", LEASE_SECONDS):
+                continue
+            dispatch.send_shot(app, job, shot=shot)
+            offered.append(f"{job.job_id}#{shot}")
+            log.info("sweep.offered_shot", extra={"job_id": job.job_id, "shot": shot})
+    return offered
 
 
 def _time_for_another(rt: Runtime, elapsed: float, longest: float) -> bool:

@@ -52,6 +52,15 @@ class Claims(Protocol):
         """The claim on ``key`` while the block runs, or None when another holder has it."""
         ...
 
+    def held(self, key: str) -> bool:
+        """Whether anyone holds ``key`` now (True when it cannot be told)."""
+        ...
+
+    def once(self, key: str, seconds: float) -> bool:
+        """True the first time in ``seconds`` it is asked for ``key`` (an idempotency token:
+        `SET NX` with an expiry)."""
+        ...
+
 
 class Unclaimed:
     """Redis could not be asked: the encode runs without a claim (a shot is not taken)."""
@@ -84,6 +93,18 @@ class RedisClaims:
             yield claim
         finally:
             claim.release()
+
+    def held(self, key: str) -> bool:
+        try:
+            return bool(self.client.exists(PREFIX + key))
+        except redis.RedisError:
+            return True
+
+    def once(self, key: str, seconds: float) -> bool:
+        try:
+            return bool(self.client.set(PREFIX + key, b"1", nx=True, px=int(seconds * 1000)))
+        except redis.RedisError:
+            return False
 
 
 class _RedisClaim:
@@ -145,6 +166,13 @@ class LocalClaims:
             with self._lock:
                 if self._held.get(key) == token:
                     del self._held[key]
+
+    def held(self, key: str) -> bool:
+        with self._lock:
+            return key in self._held
+
+    def once(self, key: str, seconds: float) -> bool:
+        return True  # one process: nothing else sends it
 
 
 class _LocalClaim:

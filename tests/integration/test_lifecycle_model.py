@@ -103,6 +103,14 @@ SPEC = (
     " renditions: [mobile], seed: 5, keyframes: segments}}\n"
     "videos:\n  - {{id: clip, prompt: 'a harbor at dawn'}}\n"
 )
+# The same video told in two shots, cut where segment 2 begins (frame 40): the same four
+# segments, but segment 1 ends its shot (a redo of it joins nothing, a cascade from it stops
+# there) and segment 2 starts from nothing; four chunks, one starting at the cut.
+SHOTS_SPEC = SPEC.replace(
+    "prompt: 'a harbor at dawn'}}",
+    "scenes: [{{start: 0, prompt: 'a harbor at dawn'}}, "
+    "{{start: 3.3333333, prompt: 'a red boat at sea', join: cut}}]}}",
+)
 
 EXAMPLES = int(os.environ.get("FACTORY_MODEL_TEST_EXAMPLES") or 0)
 STEPS = int(os.environ.get("FACTORY_MODEL_TEST_STEPS") or 0)
@@ -223,8 +231,9 @@ class Killer:
 class World:
     """A FACTORY_HOME with its factory; examples keep apart by batch names."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, spec: str = SPEC) -> None:
         self.home = home
+        self.spec = spec
         self.env = {**embedded_env(home), "FACTORY_STORE_FSYNC": "0"}
         self.settings = Settings.from_env(self.env)
         self.factory = Factory.open(self.settings)
@@ -242,7 +251,7 @@ class World:
 
     def new_job(self, review: bool) -> Job:
         batch = f"m{uuid.uuid4().hex[:8]}"
-        text = SPEC.format(batch=batch, review="review: required\n" if review else "")
+        text = self.spec.format(batch=batch, review="review: required\n" if review else "")
         made = submit(parse_manifest(text), self.factory.jobs, None)
         assert made.jobs[0].job_id == f"{batch}.{VIDEO}"
         return made.jobs[0]
@@ -293,15 +302,16 @@ class Reference:
     """What a fresh run of the spec with a redo history makes: a job in a home of its own,
     run, then each redo in turn; its lossless frames, once per history."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, spec: str = SPEC) -> None:
         self.home = home
+        self.spec = spec
         self.world: World | None = None
         self.made: dict[tuple[Redo, ...], np.ndarray] = {}
 
     def frames(self, history: tuple[Redo, ...]) -> np.ndarray:
         if history not in self.made:
             if self.world is None:
-                self.world = World(self.home)
+                self.world = World(self.home, self.spec)
             world = self.world
             job = world.new_job(review=False)
             done = world.ops.run_here(job.job_id, "reference")
@@ -1085,6 +1095,15 @@ def test_the_lifecycle_of_a_batch_that_requires_review(
     world = World(tmp_path / "home")
     model = machine_for(world, reference, review=(True,))
     run_state_machine_as_test(model, settings=budget(examples=6, steps=10))
+
+
+def test_the_lifecycle_of_a_batch_told_in_shots(tmp_path: Path) -> None:
+    """The plain batch's actions on a video with a cut: redo and cascade stop at the shot's
+    end, the cut stays a chunk's first frame through splices, and every invariant holds."""
+    world = World(tmp_path / "home", SHOTS_SPEC)
+    made = Reference(tmp_path / "reference", SHOTS_SPEC)
+    model = machine_for(world, made, review=(False,))
+    run_state_machine_as_test(model, settings=budget(examples=4, steps=10))
 
 
 def test_the_same_actions_through_the_http_api(tmp_path: Path, reference: Reference) -> None:

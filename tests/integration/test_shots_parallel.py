@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from factory.media.intermediate import read_frames
 from factory.pipeline.files import Segments
@@ -104,18 +106,29 @@ def test_four_shots_on_four_gpus_run_at_once_and_equal_one_process(
         assert np.array_equal(frames, theirs[index]), f"segment {index}"
 
 
+@pytest.mark.parametrize("resumed_by", ["recovery", "offer"])
 def test_a_gpu_killed_mid_shot_costs_one_segment_and_the_shot_resumes_elsewhere(
-    cluster: Cluster, tmp_path: Path
+    cluster: Cluster, tmp_path: Path, resumed_by: str
 ):
+    """`recovery`: every other holder done, the job goes quiet and the sweeper recovers it
+    (a new attempt). `offer`: the job never goes quiet (FACTORY_STALE_AFTER far away); once
+    the dead holder's lease has expired the sweeper offers its shot, and an idle GPU joins
+    under the same attempt and resumes it."""
     manifest = four_shots(tmp_path / "m.yaml")
+    if resumed_by == "offer":
+        cluster.env_overrides["FACTORY_STALE_AFTER"] = "600"
     cluster.start_workers(gpus=4)
     [job_id] = cluster.submit(manifest)
     machine = cluster.factory().jobs
-    cluster.wait_segments(job_id, 6)  # every shot under way
-    [victim] = cluster.children("gpu2")
-    taken = [e for e in machine.events(job_id) if e.event == "shot.taken"]
-    [shot] = [e.detail["shot"] for e in taken if e.detail["worker"].endswith(f"pid-{victim}")]
-    os.kill(victim, signal.SIGKILL)  # its task process, mid-segment
+    deadline = time.monotonic() + 120
+    while len(taken := [e for e in machine.events(job_id) if e.event == "shot.taken"]) < 4:
+        assert time.monotonic() < deadline, cluster.logs()
+        time.sleep(0.1)  # every shot under way, each on its own GPU
+    shot = taken[-1].detail["shot"]
+    victim = int(taken[-1].detail["worker"].rsplit("pid-", 1)[1])
+    open_segments = [p.index for p in video_plan(machine.get(job_id).video) if p.shot == shot]
+    assert not set(open_segments) <= set(machine.get(job_id).progress["segments"])
+    os.kill(victim, signal.SIGKILL)  # its task process, mid-shot
     [job] = cluster.wait_done([job_id], timeout=300)
     assert job.stage is Stage.DONE, f"{job.last_error}\n{cluster.logs()}"
     repeated = sum(n - 1 for n in cluster.segment_counts(job_id).values())
@@ -124,5 +137,12 @@ def test_a_gpu_killed_mid_shot_costs_one_segment_and_the_shot_resumes_elsewhere(
     takers = [e.detail["worker"] for e in events
               if e.event == "shot.taken" and e.detail["shot"] == shot]  # fmt: skip
     assert takers[0].endswith(f"pid-{victim}") and not takers[-1].endswith(f"pid-{victim}")
+    recovered = [e for e in events if e.event == "recovered"]
+    if resumed_by == "offer":
+        assert not recovered
+        resumed = [e for e in events if e.event == "shot.joined" and e.detail.get("shot") == shot]
+        assert resumed and resumed[-1].attempt == taken[0].attempt  # the same attempt
+    else:
+        assert recovered
     home, _ = twin(tmp_path, manifest)
     assert cluster.outputs(job) == output_digests(home / "store", job)
