@@ -26,11 +26,13 @@ Three runs, each on a throwaway PostgreSQL database and the machine's Redis:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import sys
 import tempfile
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg2
@@ -95,7 +97,10 @@ def deliveries(cluster: Cluster, job_ids: list[str], started: float) -> list[tup
     return sorted(found)
 
 
-def run_batch(workers: int, jobs: int, segments: int, seconds: float) -> dict[str, float]:
+@contextlib.contextmanager
+def throwaway_cluster(workers: int) -> Iterator[tuple[Cluster, Path]]:
+    """WORKERS GPU workers and a CPU worker on a PostgreSQL database made for the run (and
+    dropped after it), with a folder of its own."""
     name = f"factory_bench_{uuid.uuid4().hex[:8]}"
     admin = psycopg2.connect(PG_ADMIN)
     admin.autocommit = True
@@ -106,25 +111,27 @@ def run_batch(workers: int, jobs: int, segments: int, seconds: float) -> dict[st
             cluster.env_overrides = {"FACTORY_STALE_AFTER": "600"}
             try:
                 cluster.start_workers(gpus=workers, cpu=True, beat=False)
-                path = manifest(Path(tmp) / "m.yaml", jobs, segments, seconds)
-                ids = cluster.submit(path)
-                done = cluster.wait_done(ids, timeout=3600)
-                machine = cluster.factory().jobs
-                # From the batch's creation (the database's clock, as every event): the
-                # submitting CLI's own start-up is not the factory's orchestration.
-                started = min(j.created_at for j in done).timestamp()
-                last_segment = max(
-                    e.at.timestamp()
-                    for j in ids
-                    for e in machine.events(j)
-                    if e.event == "segment.done"
-                )
-                over = sorted(overheads(cluster, ids, seconds))
-                delivered = deliveries(cluster, ids, started)
+                yield cluster, Path(tmp)
             finally:
                 cluster.stop()
     finally:
         admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def run_batch(workers: int, jobs: int, segments: int, seconds: float) -> dict[str, float]:
+    with throwaway_cluster(workers) as (cluster, tmp):
+        path = manifest(tmp / "m.yaml", jobs, segments, seconds)
+        ids = cluster.submit(path)
+        done = cluster.wait_done(ids, timeout=3600)
+        machine = cluster.factory().jobs
+        # From the batch's creation (the database's clock, as every event): the
+        # submitting CLI's own start-up is not the factory's orchestration.
+        started = min(j.created_at for j in done).timestamp()
+        last_segment = max(
+            e.at.timestamp() for j in ids for e in machine.events(j) if e.event == "segment.done"
+        )
+        over = sorted(overheads(cluster, ids, seconds))
+        delivered = deliveries(cluster, ids, started)
     assert all(j.stage.value == "done" for j in done)
     one_job = segments * seconds
     ideal = [(k // workers + 1) * one_job + tail for k, (_, tail) in enumerate(delivered)]
@@ -161,24 +168,10 @@ def shots_manifest(path: Path, shots: int, segments: int, seconds: float) -> Pat
 def run_shots(workers: int, shots: int, segments: int, seconds: float) -> dict[str, float]:
     """One video of SHOTS shots on WORKERS GPU workers: its generation makespan (from the
     job's creation to its last segment) / one shot's ideal time (segments x seconds)."""
-    name = f"factory_bench_{uuid.uuid4().hex[:8]}"
-    admin = psycopg2.connect(PG_ADMIN)
-    admin.autocommit = True
-    admin.cursor().execute(f'CREATE DATABASE "{name}"')
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            cluster = new_cluster(Path(tmp), f"postgresql+psycopg2://postgres@127.0.0.1/{name}")
-            cluster.env_overrides = {"FACTORY_STALE_AFTER": "600"}
-            try:
-                cluster.start_workers(gpus=workers, cpu=True, beat=False)
-                ids = cluster.submit(shots_manifest(Path(tmp) / "m.yaml", shots, segments,
-                                                    seconds))  # fmt: skip
-                [done] = cluster.wait_done(ids, timeout=3600)
-                events = cluster.factory().jobs.events(ids[0])
-            finally:
-                cluster.stop()
-    finally:
-        admin.cursor().execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with throwaway_cluster(workers) as (cluster, tmp):
+        ids = cluster.submit(shots_manifest(tmp / "m.yaml", shots, segments, seconds))
+        [done] = cluster.wait_done(ids, timeout=3600)
+        events = cluster.factory().jobs.events(ids[0])
     assert done.stage.value == "done"
     last = max(e.at.timestamp() for e in events if e.event == "segment.done")
     makespan = last - done.created_at.timestamp()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
 
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
@@ -76,7 +77,7 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
     if job.stage not in (Stage.QUEUED, Stage.GENERATE):
         dispatch.dispatch(app, job)
         return
-    try:
+    with _settles(job_id, job.attempt, "segment"):
         if job.stage is Stage.QUEUED:
             job = rt.machine.transition(job_id, attempt=job.attempt, to=Stage.GENERATE)
         if len(video_shots(job.video)) > 1:
@@ -106,16 +107,6 @@ def generate_segment(job_id: str, seen_attempt: int) -> None:
         else:  # shutting down, or no own queue: hand the job back to every GPU at once
             job = rt.machine.release(job_id, attempt=job.attempt, reason="worker leaving")
             dispatch.send_segment(app, job, queue=GPU_SHARED)
-    except StaleAttempt as exc:
-        log.info("segment.stopped", extra={"job_id": job_id, "reason": exc.reason})
-    except INTERRUPTIONS as exc:
-        log.warning("segment.interrupted", extra={"job_id": job_id, "error": str(exc)})
-        _interrupt(job_id, job.attempt, exc)
-    except PermanentError as exc:
-        _fail(job_id, job.attempt, exc)
-    except Exception as exc:
-        _fail(job_id, job.attempt, exc, internal=True)
-        raise
 
 
 @app.task(name="factory.generate_shot", acks_late=False)
@@ -130,17 +121,25 @@ def generate_shot(job_id: str, attempt: int, shot: int | None = None) -> None:
     except StaleAttempt as exc:  # finished, requeued, cancelled or recovered since
         log.info("shot.skipped", extra={"job_id": job_id, "reason": exc.reason})
         return
-    try:
+    with _settles(job_id, job.attempt, "shot"):
         _make_shots(rt, job, prefer=shot)
+
+
+@contextlib.contextmanager
+def _settles(job_id: str, attempt: int, what: str) -> Iterator[None]:
+    """How a GPU task's work ends when it does not finish: fenced out (stop, nothing to
+    record), interrupted (the job handed back for the sweeper), or failed."""
+    try:
+        yield
     except StaleAttempt as exc:
-        log.info("shot.stopped", extra={"job_id": job_id, "reason": exc.reason})
+        log.info(f"{what}.stopped", extra={"job_id": job_id, "reason": exc.reason})
     except INTERRUPTIONS as exc:
-        log.warning("shot.interrupted", extra={"job_id": job_id, "error": str(exc)})
-        _interrupt(job_id, job.attempt, exc)
+        log.warning(f"{what}.interrupted", extra={"job_id": job_id, "error": str(exc)})
+        _interrupt(job_id, attempt, exc)
     except PermanentError as exc:
-        _fail(job_id, job.attempt, exc)
+        _fail(job_id, attempt, exc)
     except Exception as exc:
-        _fail(job_id, job.attempt, exc, internal=True)
+        _fail(job_id, attempt, exc, internal=True)
         raise
 
 

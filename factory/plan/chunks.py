@@ -24,10 +24,14 @@ class Blend:
     ffmpeg xfade transition `xfade` with the chunk's own (factory/media/transition.py)."""
 
     transition: str  # the manifest's name (dissolve, wipe-left, ...)
-    xfade: str  # ffmpeg's
     frames: int
     first_frame: int  # the incoming shot's first frame
     outgoing: tuple[SegmentPlan, ...]  # the shot before's segments holding its run-on
+
+    @property
+    def xfade(self) -> str:
+        """ffmpeg's name for the transition."""
+        return TRANSITIONS[self.transition]
 
 
 @dataclass(frozen=True)
@@ -106,7 +110,7 @@ def _blend(video: VideoSpec, shots: list[ShotPlan], shot: ShotPlan) -> Blend | N
     end = shot.start + shot.join.frames
     outgoing = tuple(s for s in before.segments if s.write_end > shot.start and s.write_start < end)
     name = shot.join.kind
-    return Blend(name, TRANSITIONS[name], shot.join.frames, shot.start, outgoing)
+    return Blend(name, shot.join.frames, shot.start, outgoing)
 
 
 def _chunk_sizes(count: int, per_chunk: int, first_at_least: int = 0) -> list[int]:
