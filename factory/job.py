@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from factory.spec import VideoSpec
+from factory.spec import VideoSpec, with_joins
 from factory.stages import Action, Stage, allowed_actions
 
 
@@ -41,6 +41,17 @@ class Job:
 
     @functools.cached_property
     def video(self) -> VideoSpec:
+        """The spec as every stage must read it: as submitted, with the joins between shots
+        a redo changed (factory/plan/rejoin.py)."""
+        from factory.manifest import StoredSpecError
+
+        try:
+            return with_joins(self.video_as_submitted, self.progress.get("joins"))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoredSpecError(f"job {self.job_id}: progress.joins: {exc}") from exc
+
+    @functools.cached_property
+    def video_as_submitted(self) -> VideoSpec:
         """The spec, checked again by the manifest rules: the database is not trusted to
         hold only what `factory submit` wrote (an id with `../` would reach work paths)."""
         from factory.manifest import StoredSpecError, revalidated_spec  # (its rules, once used)

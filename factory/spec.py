@@ -9,8 +9,10 @@ video, so ``prompt: X`` and ``scenes: [{start: 0, prompt: X}]`` are the same spe
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 SPEC_VERSION = 1
@@ -39,6 +41,10 @@ TRANSITIONS = {
     "slide-right": "slideright",
 }
 TRANSITION_SECONDS = (0.5, 3.0)
+# Seconds the shot before a cut or a transition runs on past its end, at least: frames never
+# shown at a cut, made so that a redo can turn the cut into a transition of up to this length
+# (or lengthen a shorter one) without making a segment again (docs/jobs.md, "Changing a join").
+DEFAULT_RUN_ON = 1.0
 
 
 @dataclass(frozen=True)
@@ -50,6 +56,10 @@ class Scene:
     # transition's name (a new shot, blended in over `transition_seconds`).
     join: str = CONTINUE
     transition_seconds: float = 0.0
+    # Frames the shot before runs on past this scene's start, where a redo changed the join
+    # (factory/plan/rejoin.py): what that shot was made with; never stored in the spec.
+    # None: the larger of the transition and the video's `run_on` (run_on_frames).
+    made_run_on: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """As the spec stores it: `join` only where it is not `continue`, so specs made
@@ -112,6 +122,8 @@ class VideoSpec:
     # Where encoded GOPs start (factory/plan/chunks.py): `every-2s` from each chunk's
     # start, or `segments`: at every segment's first frame too, so a redo replaces whole GOPs.
     keyframes: str = DEFAULT_KEYFRAMES
+    # At least this many seconds made past the end of a shot that a cut or transition ends.
+    run_on: float = DEFAULT_RUN_ON
 
     @property
     def job_id(self) -> str:
@@ -150,6 +162,7 @@ class VideoSpec:
             "renditions": list(self.renditions),
             "audio": asdict(self.audio) if self.audio else None,
             **({"keyframes": self.keyframes} if self.keyframes != DEFAULT_KEYFRAMES else {}),
+            **({"run_on": self.run_on} if self.run_on != DEFAULT_RUN_ON else {}),
         }
 
     @classmethod
@@ -173,6 +186,7 @@ class VideoSpec:
             renditions=tuple(data["renditions"]),
             audio=AudioChoice(**audio) if audio else None,
             keyframes=data.get("keyframes", DEFAULT_KEYFRAMES),
+            run_on=float(data.get("run_on", DEFAULT_RUN_ON)),
         )
 
     def canonical_json(self) -> str:
@@ -200,6 +214,19 @@ def transition_frames(scene: Scene, fps: int) -> int:
     return round(scene.transition_seconds * fps) if scene.join in TRANSITIONS else 0
 
 
+def run_on_frames(video: VideoSpec, scene: Scene, shot_frames: int) -> int:
+    """The frames the shot before `scene` makes past its end, where `scene` starts a shot of
+    `shot_frames`: none where the scene continues it; else the transition's or the video's
+    `run_on`, the larger, but never past the new shot's end (a redo that changed the join
+    keeps what the shot before was made with)."""
+    if scene.join == CONTINUE:
+        return 0
+    if scene.made_run_on is not None:
+        return scene.made_run_on
+    wanted = max(transition_frames(scene, video.fps), round(video.run_on * video.fps))
+    return min(wanted, shot_frames)
+
+
 def derived_seed(scenes: tuple[Scene, ...], negative_prompt: str) -> int:
     text = canonical_json([[s.to_dict() for s in scenes], negative_prompt])
     return int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
@@ -214,3 +241,38 @@ def derived_video_id(content: dict[str, Any]) -> str:
 def _model(data: dict[str, Any]) -> ModelChoice:
     loras = tuple(LoraChoice(**lora) for lora in data.get("loras", ()))
     return ModelChoice(**{**data, "loras": loras})
+
+
+def run_ons(video: VideoSpec) -> list[int]:
+    """Per scene, the frames the shot before it makes past its end (run_on_frames; 0 where
+    the scene continues that shot)."""
+    starts = [round(scene.start * video.fps) for scene in video.scenes]  # (segments.py's rule)
+    shot_starts = [i for i, scene in enumerate(video.scenes) if scene.join != CONTINUE]
+    made = [0] * len(video.scenes)
+    for scene, following in itertools.pairwise([*shot_starts, None]):
+        end = starts[following] if following is not None else video.frames_total
+        made[scene] = run_on_frames(video, video.scenes[scene], end - starts[scene])
+    return made
+
+
+def with_joins(video: VideoSpec, joins: Mapping[str, Any] | None) -> VideoSpec:
+    """The spec with the joins between shots a redo changed (``progress.joins``,
+    factory/plan/rejoin.py) in place of the manifest's, each keeping the run-on the shot
+    before it was made with, so the video's segments stay as they were. ValueError, KeyError
+    or TypeError for an entry that is not such a join."""
+    if not joins:
+        return video
+    made = run_ons(video)
+    scenes = list(video.scenes)
+    for key, entry in joins.items():
+        scene = int(key)
+        if not 0 < scene < len(made) or video.scenes[scene].join == CONTINUE:
+            raise ValueError(f"scene {scene} starts no shot")
+        join = entry["join"]
+        if join != CUT and join not in TRANSITIONS:
+            raise ValueError(f"scene {scene}: {join!r} is not cut or a transition")
+        seconds = float(entry["seconds"]) if join != CUT else 0.0
+        scenes[scene] = replace(
+            scenes[scene], join=join, transition_seconds=seconds, made_run_on=made[scene]
+        )
+    return replace(video, scenes=tuple(scenes))

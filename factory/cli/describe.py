@@ -63,19 +63,26 @@ def _versions_lines(view: JobView) -> list[tuple[str, str]]:
         said = f"v{entry.version}{' (published)' if current else ''} at {at}"
         detail = entry.detail
         if detail.get("kind") == "redo":
-            start, end = detail["range"]
-            said += (f": redo {start:g}-{end:g} s, segments {detail['segments'][0]}-"
-                     f"{detail['segments'][-1]} by {entry.actor or '?'}"
+            said += (f": {_redid(detail)} by {entry.actor or '?'}"
                      + (f" ({detail['reason']})" if detail.get("reason") else ""))  # fmt: skip
         elif detail.get("kind") == "redelivery":
             said += ": delivered again after a requeue"
         lines.append(("version", said))
     if redo := p.get("redo"):
         why = redo.get("reason") or "no reason given"
-        lines.append(("redo", f"version {redo['version']} in progress: segments "
-                              f"{redo['segments'][0]}-{redo['segments'][-1]} of "
-                              f"{redo['start']:g}-{redo['end']:g} s ({why})"))  # fmt: skip
+        lines.append(("redo", f"version {redo['version']} in progress: {_redid(redo)} "
+                              f"({why})"))  # fmt: skip
     return lines
+
+
+def _redid(redo: dict[str, Any]) -> str:
+    """What a redo (running, or a version's record) makes again or changes, in words."""
+    if not redo["segments"]:  # it changed joins between shots (factory/plan/rejoin.py)
+        return "joins changed: " + ", ".join(
+            f"scene {j['scene']} {j['from']} -> {j['to']}" for j in redo.get("joins", ())
+        )
+    start, end = redo.get("range") or (redo["start"], redo["end"])
+    return f"redo {start:g}-{end:g} s, segments {redo['segments'][0]}-{redo['segments'][-1]}"
 
 
 def _decision_lines(view: JobView) -> list[tuple[str, str]]:

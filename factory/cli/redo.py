@@ -21,8 +21,14 @@ def register(app: typer.Typer) -> None:
 
 def redo(
     job_id: str = typer.Argument(..., metavar="JOB"),
-    time_range: str = typer.Option(
-        ..., "--range", help="START-END of the video to make again: 1:10-1:20, or 70-80 (s)."
+    time_range: str | None = typer.Option(
+        None, "--range", help="START-END of the video to make again: 1:10-1:20, or 70-80 (s)."
+    ),
+    join: list[str] = typer.Option(
+        [],
+        "--join",
+        help="SCENE=cut or SCENE=TRANSITION:SECONDS: change how that scene's shot joins the "
+        "one before (2=dissolve:1.5); nothing is generated again. Repeatable; not with --range.",
     ),
     new_seed: bool = typer.Option(
         False,
@@ -43,14 +49,15 @@ def redo(
 ) -> None:
     """Make the segments that cover a time range again, join them into the untouched rest,
     encode only the chunks that changed, check the whole video and deliver it as a new
-    version beside the old one (which stays delivered if the new one fails QC)."""
+    version beside the old one (which stays delivered if the new one fails QC). With
+    --join: change a cut or transition between shots instead, from frames already made."""
     ops = common.operations()
     if dry_run:
-        _print_plan(ops, job_id, time_range, cascade, as_json)
+        _print_plan(ops, job_id, time_range, cascade, join, as_json)
         return
     plan, job = ops.redo(job_id, range_text=time_range, actor=local_actor(), seed=seed,
                          new_seed=new_seed, prompt=prompt, reason=reason,
-                         cascade=cascade)  # fmt: skip
+                         cascade=cascade, joins=join)  # fmt: skip
     seed = job.progress["redo"]["seed"]
     if not as_json:
         for line in plan.describe(job.video.fps):
@@ -76,10 +83,11 @@ def redo(
 
 
 def _print_plan(
-    ops: Operations, job_id: str, time_range: str, cascade: bool, as_json: bool
-) -> None:
+    ops: Operations, job_id: str, time_range: str | None, cascade: bool, joins: list[str],
+    as_json: bool,
+) -> None:  # fmt: skip
     """`--dry-run`: the plan, and nothing changed."""
-    job, plan = ops.redo_plan(job_id, range_text=time_range, cascade=cascade)
+    job, plan = ops.redo_plan(job_id, range_text=time_range, cascade=cascade, joins=joins)
     if as_json:
         sys.stdout.write(json.dumps(plan.to_dict(), indent=2) + "\n")
         return

@@ -46,6 +46,7 @@ class Delivery(MachineCore):
                     "segments": redo["segments"], "join": redo.get("join"),
                     "chunks": redo["chunks"], "reason": redo.get("reason", ""),
                     **({"before": redo["before"]} if "before" in redo else {}),
+                    **({"joins": redo["joins"]} if redo.get("joins") else {}),
                 }  # fmt: skip
                 actor = redo.get("actor", "")
             else:

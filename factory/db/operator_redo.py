@@ -27,12 +27,14 @@ class RedoActions(MachineCore):
 
     def start_redo(
         self, job_id: str, *, plan: dict[str, Any], seed: int | None, prompt: str | None,
-        reason: str, actor: str,
+        reason: str, actor: str, joins: dict[str, Any] | None = None,
     ) -> Job:  # fmt: skip
         """A delivered job goes back to `generate` for the plan's segments only: they leave
         ``progress.segments`` (the generate stage makes exactly those again, each from the
         stored tail before it), the later stages start afresh, and the delivery stays as it
-        is until the new version passes QC. Fenced like requeue (attempt + 1)."""
+        is until the new version passes QC. Fenced like requeue (attempt + 1). A plan without
+        segments changes `joins` between shots (factory/plan/rejoin.py): the job goes to
+        `encode` with them as ``progress.joins``."""
         with self.database.transaction() as conn:
             job = self._read(conn, job_id, lock=True)
             if Action.REDO not in job.actions and job.stage is not Stage.DONE:
@@ -79,12 +81,16 @@ class RedoActions(MachineCore):
             epoch = encode["epoch"] if joined else progress.get("epoch", 0)
             progress["encode"] = {"epoch": int(epoch)}
             progress["segments"] = [i for i in job.progress["segments"] if i not in redone]
-            progress["frame"] = min(progress.get("frame", 0), plan["changed_start"])
-            first, end = min(redone), max(redone) + 1  # a redo's segments are consecutive
-            if seed is not None:
-                progress["seeds"] = give(progress.get("seeds"), first, end, seed)
-            if prompt:
-                progress["prompts"] = give(progress.get("prompts"), first, end, prompt)
+            if redone:
+                progress["frame"] = min(progress.get("frame", 0), plan["changed_start"])
+                first, end = min(redone), max(redone) + 1  # a redo's segments are consecutive
+                if seed is not None:
+                    progress["seeds"] = give(progress.get("seeds"), first, end, seed)
+                if prompt:
+                    progress["prompts"] = give(progress.get("prompts"), first, end, prompt)
+            if joins is not None:
+                progress["joins"] = joins
+            stage = Stage.GENERATE if redone else Stage.ENCODE
             progress["redo"] = {
                 **plan, "seed": seed, "prompt": prompt, "reason": reason, "actor": actor,
                 "join_source": source, "at": now.isoformat(), "from_attempt": job.attempt,
@@ -93,11 +99,11 @@ class RedoActions(MachineCore):
                 # nothing replays its join from that past (factory/pipeline/lineage.py).
                 "before": {k: job.progress.get(k) for k in ("seeds", "prompts", "anchor")},
             }  # fmt: skip
-            progress["timings"] = {Stage.GENERATE.value: {"started_at": now.isoformat()}}
+            progress["timings"] = {stage.value: {"started_at": now.isoformat()}}
             conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.attempt == job.attempt)
-                .values(stage=Stage.GENERATE.value, progress=progress, attempt=job.attempt + 1,
+                .values(stage=stage.value, progress=progress, attempt=job.attempt + 1,
                         stopped_stage=None, last_error=None, claimed_by=None, heartbeat_at=None,
                         recoveries=0, updated_at=now)
             )  # fmt: skip
@@ -107,8 +113,9 @@ class RedoActions(MachineCore):
                 "cascade": plan["cascade"], "reason": reason, **_by(actor),
                 **({"seed": seed} if seed is not None else {}),
                 **({"prompt": prompt} if prompt else {}),
+                **({"joins": plan["joins"]} if plan.get("joins") else {}),
             }  # fmt: skip
-            self._event(conn, job_id, Stage.GENERATE, "redo.planned", job.attempt + 1,
+            self._event(conn, job_id, stage, "redo.planned", job.attempt + 1,
                         job.trace_id, detail)  # fmt: skip
             return self._read(conn, job_id)
 
@@ -157,7 +164,7 @@ class RedoActions(MachineCore):
 
 
 # Progress keys a redo replaces and a discarded redo puts back as they were before it.
-_REDO_RESTORES = ("encode", "mux", "qc", "review", "seeds", "prompts", "timings")
+_REDO_RESTORES = ("encode", "mux", "qc", "review", "seeds", "prompts", "timings", "joins")
 
 
 def _segment_row(row: Any) -> dict[str, Any]:

@@ -37,6 +37,7 @@ from factory.spec import (
     CONTINUE,
     CUT,
     DEFAULT_KEYFRAMES,
+    DEFAULT_RUN_ON,
     TRANSITION_SECONDS,
     TRANSITIONS,
     AudioChoice,
@@ -206,6 +207,7 @@ def _resolve(
         renditions=tuple(values["renditions"]),
         audio=AudioChoice(audio.asset, audio.gain_db, audio.loop) if audio else None,
         keyframes=values["keyframes"] or DEFAULT_KEYFRAMES,
+        run_on=float(values["run_on"]),
     )
     if not _check_shots(spec, here, problems):
         return None
@@ -502,4 +504,5 @@ def _entry_of(spec: VideoSpec) -> dict[str, Any]:
         else "silence",
         "scenes": [s.to_dict() for s in spec.scenes],
         **({"keyframes": spec.keyframes} if spec.keyframes != DEFAULT_KEYFRAMES else {}),
+        **({"run_on": spec.run_on} if spec.run_on != DEFAULT_RUN_ON else {}),
     }

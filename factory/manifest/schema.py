@@ -19,9 +19,11 @@ from pydantic import (
 
 from factory.spec import (
     DEFAULT_KEYFRAMES,
+    DEFAULT_RUN_ON,
     DIFFUSERS_FAMILIES,
     KEYFRAME_LAYOUTS,
     MODEL_FAMILIES,
+    TRANSITION_SECONDS,
 )
 
 MAX_MANIFEST_BYTES = 1024 * 1024
@@ -203,6 +205,8 @@ class VideoSettings(_Strict):
     renditions: list[Literal[RENDITIONS]] | None = Field(default=None, min_length=1)  # type: ignore[valid-type]
     audio: AudioSettings | None = None
     keyframes: Literal[KEYFRAME_LAYOUTS] | None = None  # type: ignore[valid-type]
+    # seconds a shot runs on past a cut or transition, at least (docs/manifest.md, "Shots")
+    run_on: float | None = Field(default=None, ge=0, le=TRANSITION_SECONDS[1], allow_inf_nan=False)
 
     @field_validator("audio", mode="before")
     @classmethod
@@ -240,4 +244,5 @@ BUILTIN_DEFAULTS: dict[str, Any] = {
     "renditions": list(DEFAULT_RENDITIONS),
     "audio": None,
     "keyframes": DEFAULT_KEYFRAMES,
+    "run_on": DEFAULT_RUN_ON,
 }

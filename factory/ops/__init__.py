@@ -18,7 +18,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -39,8 +39,8 @@ from factory.ops.views import (
     job_summary,
     shot_rows,
 )
-from factory.plan.redo import RedoPlan, parse_range, plan_redo
-from factory.spec import VideoSpec
+from factory.plan.redo import RedoPlan, parse_range, plan_redo, plan_rejoin
+from factory.spec import VideoSpec, transition_frames, with_joins
 from factory.stages import Stage
 from factory.store import open_store
 from factory.wiring import Factory
@@ -232,13 +232,20 @@ class Operations:
             needed = forecasting.gpus_needed(videos, history, start, end, gpu_kind)
         return BatchForecast(result, needed, len(history.samples))
 
-    def redo_plan(self, job_id: str, *, range_text: str, cascade: bool) -> tuple[Job, RedoPlan]:
-        """What a redo of `range_text` would make again, join, encode and cost (nothing is
+    def redo_plan(
+        self, job_id: str, *, range_text: str | None, cascade: bool, joins: Sequence[str] = ()
+    ) -> tuple[Job, RedoPlan]:
+        """What a redo of `range_text` would make again, join, encode and cost, or what one
+        that changes `joins` between shots (`2=dissolve:1.5`) would encode again (nothing is
         written: `factory redo --dry-run` prints it)."""
         from factory.plan.chunks import chunk_keyframes, plan_chunks
         from factory.plan.video import video_plan
 
+        _one_kind_of_redo(range_text, joins)
         job = self.machine.get(job_id)
+        if joins:
+            return job, self._rejoin_plan(job, joins)[0]
+        assert range_text is not None
         video = job.video
         start, end = parse_range(range_text, video.duration)
         planned = plan_chunks(video)
@@ -254,17 +261,44 @@ class Operations:
                          keyframes=keyframes)  # fmt: skip
         return job, plan
 
+    def _rejoin_plan(self, job: Job, texts: Sequence[str]) -> tuple[RedoPlan, dict[str, Any]]:
+        """The plan of a redo that changes joins, and `progress.joins` as it will be."""
+        from factory.plan.chunks import plan_chunks
+        from factory.plan.rejoin import check_join_change, parse_join_change
+        from factory.plan.video import video_shots
+
+        changes = [parse_join_change(text) for text in texts]
+        scenes = [c.scene for c in changes]
+        if len(set(scenes)) != len(scenes):
+            raise BadInput("each scene's join may be given once", field="--join")
+        video = job.video
+        joins = dict(job.progress.get("joins") or {})
+        described = []
+        starts = {shot.scenes[0]: shot.start for shot in video_shots(video)}
+        for change in changes:
+            was = check_join_change(video, change)  # (the scene is one that starts a shot)
+            before = video.scenes[change.scene]
+            frames = max(transition_frames(before, video.fps), round(change.seconds * video.fps))
+            described.append({"scene": change.scene, "frame": starts[change.scene],
+                              "from": was, "to": change.describe(), "frames": frames})  # fmt: skip
+            joins[str(change.scene)] = change.to_dict()
+        after = with_joins(job.video_as_submitted, joins)
+        plan = plan_rejoin(video, plan_chunks(video), plan_chunks(after), described,
+                           version=self.machine.next_version(job.job_id))  # fmt: skip
+        return plan, joins
+
     def redo(
         self,
         job_id: str,
         *,
-        range_text: str,
+        range_text: str | None,
         actor: str,
         seed: int | None = None,
         new_seed: bool = False,
         prompt: str | None = None,
         reason: str = "",
         cascade: bool = False,
+        joins: Sequence[str] = (),
     ) -> tuple[RedoPlan, Job]:
         """Start a redo: the plan's segments made again (new seed and/or prompt), joined,
         encoded, checked and delivered as a new version; handed to the dispatcher, or left
@@ -277,12 +311,31 @@ class Operations:
             raise BadInput("is longer than 2000 characters", field="--prompt")
         if seed is not None and new_seed:
             raise BadInput("give --new-seed or --seed N, not both", field="--seed")
+        _one_kind_of_redo(range_text, joins)
+        if joins:
+            given = [name for name, value in (("--seed", seed is not None),
+                     ("--new-seed", new_seed), ("--prompt", prompt is not None),
+                     ("--cascade", cascade)) if value]  # fmt: skip
+            if given:
+                raise BadInput(f"a redo that changes joins makes no segment: {given[0]} has "
+                               "nothing to apply to", field=given[0])  # fmt: skip
+            return self._rejoin(job_id, joins, reason=reason, actor=actor)
+        assert range_text is not None
         if seed is None and (new_seed or not prompt):
             seed = secrets.randbits(31)  # a new look unless only the prompt changes
         _, plan = self.redo_plan(job_id, range_text=range_text, cascade=cascade)
         job = self.machine.start_redo(job_id, plan=plan.to_dict(), seed=seed,
                                       prompt=prompt.strip() if prompt else None,
                                       reason=reason, actor=actor)  # fmt: skip
+        self._send([job])
+        return plan, job
+
+    def _rejoin(
+        self, job_id: str, texts: Sequence[str], *, reason: str, actor: str
+    ) -> tuple[RedoPlan, Job]:
+        plan, joins = self._rejoin_plan(self.machine.get(job_id), texts)
+        job = self.machine.start_redo(job_id, plan=plan.to_dict(), seed=None, prompt=None,
+                                      reason=reason, actor=actor, joins=joins)  # fmt: skip
         self._send([job])
         return plan, job
 
@@ -477,3 +530,12 @@ def check_manifest(
         s3=settings.s3,
         allow_local=not remote,
     )
+
+
+def _one_kind_of_redo(range_text: str | None, joins: Sequence[str]) -> None:
+    """A redo makes a range again or changes joins between shots: one of them, not both."""
+    if joins and range_text:
+        raise BadInput("a redo that changes joins makes no segment: give --join in a redo "
+                       "of its own, without --range", field="--join")  # fmt: skip
+    if not joins and not range_text:
+        raise BadInput("give the range to make again (1:10-1:20), or --join", field="--range")

@@ -15,7 +15,8 @@ from factory.plan.chunks import Chunk
 
 
 def chunk_key(made: Segments, chunk: Chunk, rendition: str) -> str:
-    return made.chunk(rendition, chunk.index, [s.index for s in chunk.made_of])
+    blend = (chunk.blend.transition, chunk.blend.frames) if chunk.blend else None
+    return made.chunk(rendition, chunk.index, [s.index for s in chunk.made_of], blend)
 
 
 def chunk_ready(job: Job, chunk: Chunk) -> bool:

@@ -68,14 +68,18 @@ class Segments:
                 made[int(index)] = replace(record, attempt=attempt)
         return Segments(self.job, made)
 
-    def chunk(self, rendition: str, index: int, segments: Iterable[int]) -> str:
-        """A chunk named by what it is made of: the epoch (bumped by every requeue --from) and
-        the segment files, so a chunk left by an earlier run is never joined into a later one."""
-        made_of = {
+    def chunk(self, rendition: str, index: int, segments: Iterable[int],
+              blend: tuple[str, int] | None = None) -> str:  # fmt: skip
+        """A chunk named by what it is made of: the epoch (bumped by every requeue --from),
+        the segment files and the transition it blends them with, so a chunk left by an
+        earlier run (or made with another join) is never joined into a later one."""
+        made_of: dict[str, object] = {
             "epoch": self.chunks_epoch,
             "rendition": rendition,
             "segments": [self.segment(s) for s in segments],
         }
+        if blend is not None:  # (absent otherwise: chunks without one keep their names)
+            made_of["blend"] = list(blend)
         digest = hashlib.sha256(json.dumps(made_of, sort_keys=True).encode()).hexdigest()[:16]
         return keys.chunk(self.job.batch, self.job.video_id, rendition, index, digest)
 

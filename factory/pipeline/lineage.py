@@ -83,6 +83,9 @@ def lineage(
         steps.append({**running, "before": before, "live": True})
     if any("before" not in step for step in steps):
         return None
+    # A redo that only changed joins between shots made no segment: it changed no seed,
+    # prompt or anchor either, so the next operation's "before" is what it ran after.
+    steps = [step for step in steps if step["segments"]]
     before = [step["before"] for step in steps]
     ops = []
     for k in range(len(steps) + 1):

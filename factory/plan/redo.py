@@ -57,10 +57,25 @@ class RedoPlan:
     # every other frame is the previous version's, bit for bit (in the lossless segments).
     changed_start: int
     changed_end: int
+    # Joins between shots it changes (factory/plan/rejoin.py): scene, frame, from, to;
+    # such a redo makes no segment (`segments` is empty) and changes no other frame.
+    joins: tuple[dict[str, Any], ...] = ()
 
     def describe(self, fps: int) -> list[str]:
         """The plan in lines for people (`--dry-run` prints them)."""
         segments = self.segments
+        if not segments:
+            changed = [f"join      scene {j['scene']} (frame {j['frame']}): {j['from']} -> "
+                       f"{j['to']}" for j in self.joins]  # fmt: skip
+            return [
+                *changed,
+                f"segments  none made again: {self.why}",
+                f"encode    {self.encode_frames} frames again per rendition: chunks "
+                f"{', '.join(map(str, self.chunks))} ({len(self.chunks)} of "
+                f"{self.chunks_total}), which start the shots whose join changed; every other "
+                "chunk is reused as it is",
+                f"delivers  version {self.version}, beside the ones before; QC must pass first",
+            ]
         lines = [
             f"range     {_clock(self.start)}-{_clock(self.end)}: frames {self.first_frame}-"
             f"{self.end_frame - 1} at {fps} fps",
@@ -147,6 +162,52 @@ def plan_redo(
     )
 
 
+def plan_rejoin(
+    video: VideoSpec,
+    chunks_before: Sequence[Any],
+    chunks_after: Sequence[Any],
+    changes: Sequence[Mapping[str, Any]],
+    *,
+    version: int,
+) -> RedoPlan:
+    """A redo that changes joins between shots and nothing else (factory/plan/rejoin.py):
+    ``chunks_before`` and ``chunks_after`` are the video's chunks (factory/plan/chunks.py)
+    with the joins as they are and as they will be, the same chunks by frame, differing
+    only in the transitions they blend; ``changes``: scene, frame, from, to, and `frames`,
+    the longer of the two transitions' frames."""
+    changed = tuple(
+        after.index for before, after in zip(chunks_before, chunks_after, strict=True)
+        if _blend_of(before) != _blend_of(after)
+    )  # fmt: skip
+    start = min(c["frame"] for c in changes)
+    end = max(c["frame"] + max(c["frames"], 1) for c in changes)
+    frames = sum(chunks_after[i].frames for i in changed)
+    return RedoPlan(
+        start=start / video.fps,
+        end=end / video.fps,
+        first_frame=start,
+        end_frame=end,
+        segments=(),
+        join=None,
+        cascade=False,
+        why="the shot before already ran on past every changed join (its run-on), so only "
+        "the chunks that start the shots are encoded and checked again",
+        chunks=changed,
+        chunks_total=len(chunks_after),
+        encode_frames=frames,
+        chunks_frames=frames,
+        gpu_seconds=0.0,
+        version=version,
+        changed_start=start,
+        changed_end=end,
+        joins=tuple({k: v for k, v in c.items() if k != "frames"} for c in changes),
+    )
+
+
+def _blend_of(chunk: Any) -> tuple[str, int] | None:
+    return (chunk.blend.transition, chunk.blend.frames) if chunk.blend else None
+
+
 def _made_and_joined(
     video: VideoSpec,
     plans: list[SegmentPlan],
@@ -197,7 +258,10 @@ def _range_segments(
             f"{_clock(start)}-{_clock(end)} holds no whole frame at {video.fps} fps",
             field="--range",
         )
-    touched = [p.index for p in plans if p.write_start < last and p.write_end > first]
+    # By the frames each segment delivers: a shot's run-on past a cut or into a transition
+    # belongs to that shot, and a range inside the next shot never makes it again.
+    touched = [p.index for p in plans
+               if p.write_start < last and p.write_start + p.owned_count > first]  # fmt: skip
     if not touched:
         raise BadInput(f"{_clock(start)}-{_clock(end)} is inside no segment", field="--range")
     return first, last, touched[0], touched[-1]

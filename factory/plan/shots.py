@@ -8,13 +8,17 @@ A scene joins the one before it in one of three ways:
 - `cut`: a new shot, generated from its own start (not conditioned on the tail of the shot
   before), its first frame a keyframe in every rendition;
 - a transition (an ffmpeg `xfade` name) over T frames: a new shot, and the T frames from its
-  start are a blend of both shots: the outgoing shot runs on for T frames past its end
-  (`make_end`), the incoming one starts at the boundary as at a cut, and the encoder blends
-  the two.
+  start are a blend of both shots: the outgoing shot runs on past its end (`make_end`), the
+  incoming one starts at the boundary as at a cut, and the encoder blends the two.
+
+At a cut or a transition the outgoing shot runs on for R frames (`run_ons`): at least the
+transition's T, and at least the video's `run_on` at a cut too (never past the incoming
+shot's end), so a redo can change the join up to R frames without making a segment again:
+the plan's segments depend on R alone, never on the join's kind (factory/plan/rejoin.py).
 
 So shot k *owns* the delivered frames ``[start, end)`` (``end`` is the next shot's start,
 the video's length for the last) and *makes* ``[start, make_end)``, where ``make_end`` is
-``end`` plus the next join's transition frames. Its segments are planned as a video of
+``end`` plus the next boundary's run-on. Its segments are planned as a video of
 their own (factory/plan/segments.py: overlap conditioning, tails and latent carries stay
 inside a shot), shifted to the shot's start, numbered on from the shot before's last
 segment, so a segment's index is unique in the video as it is today.
@@ -84,18 +88,23 @@ def plan_shots(
     scene_starts: Sequence[int],
     joins: Sequence[Join],
     first_short: int = 0,
+    run_ons: Sequence[int] | None = None,
 ) -> list[ShotPlan]:
     """The shots of a video whose scenes start at `scene_starts` (output frames, the first
-    0) and join the scene before as `joins` says (one per scene; the first must continue).
-    Raises ValueError naming the scene when a join cannot be planned."""
-    _check(frames_total, scene_starts, joins)
+    0) and join the scene before as `joins` says (one per scene; the first must continue);
+    `run_ons`: the frames the shot before each scene makes past its end (0 where the scene
+    continues it; without it, each transition's length). Raises ValueError naming the scene
+    when a join cannot be planned."""
+    if run_ons is None:
+        run_ons = [join.frames for join in joins]
+    _check(frames_total, scene_starts, joins, run_ons)
     bounds = [0, *(i for i, join in enumerate(joins) if join.starts_a_shot), len(joins)]
     shots: list[ShotPlan] = []
     next_segment = 0
     for first_scene, end_scene in itertools.pairwise(bounds):
         start = scene_starts[first_scene]
         end = scene_starts[end_scene] if end_scene < len(joins) else frames_total
-        run_on = joins[end_scene].frames if end_scene < len(joins) else 0
+        run_on = run_ons[end_scene] if end_scene < len(joins) else 0
         own_starts = [scene_starts[s] - start for s in range(first_scene, end_scene)]
         planned = plan_segments(end + run_on - start, segment_frames, overlap, own_starts,
                                 first_short)  # fmt: skip
@@ -138,9 +147,12 @@ def shot_keyframes(shot: ShotPlan, gop_frames: int) -> list[int]:
     return list(range(shot.start, shot.end, gop_frames))
 
 
-def _check(frames_total: int, scene_starts: Sequence[int], joins: Sequence[Join]) -> None:
-    if len(scene_starts) != len(joins):
-        raise ValueError(f"{len(scene_starts)} scene starts but {len(joins)} joins")
+def _check(frames_total: int, scene_starts: Sequence[int], joins: Sequence[Join],
+           run_ons: Sequence[int]) -> None:  # fmt: skip
+    if not len(scene_starts) == len(joins) == len(run_ons):
+        raise ValueError(
+            f"{len(scene_starts)} scene starts, {len(joins)} joins, {len(run_ons)} run-ons"
+        )
     if not scene_starts or scene_starts[0] != 0 or list(scene_starts) != sorted(scene_starts):
         raise ValueError(f"scene_starts must start at 0 and increase, got {list(scene_starts)}")
     if joins[0].starts_a_shot:
@@ -150,6 +162,11 @@ def _check(frames_total: int, scene_starts: Sequence[int], joins: Sequence[Join]
             raise ValueError(f"scene {scene}: a transition needs at least one frame")
         if not join.is_transition and join.frames:
             raise ValueError(f"scene {scene}: only a transition has a length")
+        if run_ons[scene] < join.frames or (run_ons[scene] and not join.starts_a_shot):
+            raise ValueError(
+                f"scene {scene}: the shot before runs on {run_ons[scene]} frames, not the "
+                f"{join.frames} of its {join.kind}"
+            )
     shot_starts = [i for i, join in enumerate(joins) if join.starts_a_shot]
     shot_ends = [scene_starts[i] for i in shot_starts[1:]] + [frames_total]
     for scene, shot_end in zip(shot_starts, shot_ends, strict=False):  # none: one shot

@@ -11,7 +11,7 @@ from factory.job import Job
 from factory.plan.redo import given
 from factory.plan.segments import SegmentPlan, scene_start_frames
 from factory.plan.shots import Join, ShotPlan, plan_shots
-from factory.spec import VideoSpec, transition_frames
+from factory.spec import VideoSpec, run_ons, transition_frames
 
 
 def video_plan(video: VideoSpec) -> list[SegmentPlan]:
@@ -23,15 +23,16 @@ def video_shots(video: VideoSpec) -> list[ShotPlan]:
     starts = tuple(scene_start_frames([s.start for s in video.scenes], video.fps))
     joins = tuple(Join(s.join, transition_frames(s, video.fps)) for s in video.scenes)
     shape = (video.frames_total, video.segment_frames, video.segment_overlap)
-    return list(_plan(*shape, starts, joins, video.first_segment_short))
+    return list(_plan(*shape, starts, joins, video.first_segment_short, tuple(run_ons(video))))
 
 
 @functools.lru_cache(maxsize=64)
 def _plan(frames: int, length: int, overlap: int, starts: tuple[int, ...],
-          joins: tuple[Join, ...], short: int) -> tuple[ShotPlan, ...]:  # fmt: skip
+          joins: tuple[Join, ...], short: int, run_ons: tuple[int, ...],
+          ) -> tuple[ShotPlan, ...]:  # fmt: skip
     """Planned once per process and video shape: the segment path asks for it several times
     per segment, and a 3,000-segment plan takes milliseconds to make."""
-    return tuple(plan_shots(frames, length, overlap, starts, joins, short))
+    return tuple(plan_shots(frames, length, overlap, starts, joins, short, run_ons))
 
 
 def scene_ids(job: Job) -> list[int]:

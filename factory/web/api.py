@@ -4,7 +4,7 @@ JSON: {"error": message, "field": path} or, for a manifest, {"problems": [{field
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Body, Query, Request
 from fastapi.responses import JSONResponse
@@ -56,7 +56,17 @@ class ApproveBody(Reviewed):
 
 
 class RedoBody(BaseModel):
-    range: str = Field(description="START-END to make again: 1:10-1:20, or 70-80 (seconds)")
+    range: str | None = Field(
+        default=None,
+        max_length=100,
+        description="START-END to make again: 1:10-1:20, or 70-80 (seconds)",
+    )
+    joins: list[Annotated[str, Field(max_length=64)]] = Field(
+        default_factory=list,
+        max_length=200,
+        description="Instead of a range: SCENE=cut or SCENE=TRANSITION:SECONDS per changed "
+        "join between shots (2=dissolve:1.5); nothing is generated again",
+    )
     seed: int | None = Field(default=None, ge=0, description="This seed; default a new one")
     prompt: str | None = Field(default=None, max_length=2000, description="A new prompt")
     reason: str = Field(default="", max_length=2000)
@@ -186,11 +196,12 @@ def redo(request: Request, job_id: str, body: RedoBody) -> JSONResponse:
     broker the workers do it; embedded, this server does, in the background (202)."""
     ops, actor = _operator(request)
     if body.dry_run:
-        _, plan = ops.redo_plan(job_id, range_text=body.range, cascade=body.cascade)
+        _, plan = ops.redo_plan(job_id, range_text=body.range, cascade=body.cascade,
+                                joins=body.joins)  # fmt: skip
         return JSONResponse({"plan": plan.to_dict()})
     plan, job = ops.redo(job_id, range_text=body.range, actor=actor,
                          seed=body.seed, prompt=body.prompt, reason=body.reason,
-                         cascade=body.cascade)  # fmt: skip
+                         cascade=body.cascade, joins=body.joins)  # fmt: skip
     return JSONResponse({"plan": plan.to_dict(), "job": job_summary(job),
                          "seed": job.progress["redo"]["seed"]}, status_code=202)  # fmt: skip
 

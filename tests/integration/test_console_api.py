@@ -502,6 +502,12 @@ def test_redo_over_the_api_delivers_a_new_version(site: Site) -> None:
     assert plan["version"] == 2 and plan["segments"] and plan["join"] is not None
     bad = operator.post(f"{site.base}/api/v1/jobs/nightly.api-ok/redo", json={"range": "3-1"})
     assert bad.status_code == 422 and bad.json()["field"] == "--range"
+    # A join change on a video of one shot, with a range, or past the body's limits: refused.
+    for joins, extra in ((["1=cut"], {}), (["1=cut"], {"range": "1-2"}), (["1=" + "a" * 99], {})):
+        bad = operator.post(f"{site.base}/api/v1/jobs/nightly.api-ok/redo",
+                            json={"joins": joins, "dry_run": True, **extra})  # fmt: skip
+        assert bad.status_code == 422, bad.text
+        assert len(joins[0]) > 64 or bad.json()["field"] == "--join", bad.text
     started = operator.post(f"{site.base}/api/v1/jobs/nightly.api-ok/redo", json=body)
     assert started.status_code == 202, started.text
     again = operator.post(f"{site.base}/api/v1/jobs/nightly.api-ok/redo", json=body)

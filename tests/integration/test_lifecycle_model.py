@@ -5,7 +5,8 @@ Rules: run to completion, a worker killed at a random checkpoint (a BaseExceptio
 the Nth fenced write or store put of the run, so nothing in the runner catches it and the job
 stays claimed with its last heartbeat, as after kill -9), a sweeper pass (the sweeper's own
 claim, `claim_stale`, then the claimed job is run), requeue without and with every `--from`,
-redo (a range joined into the rest, a range to the end with a new prompt, a cascade), approve,
+redo (a range joined into the rest, a range to the end with a new prompt, a cascade; on the
+video told in shots also a change of its cut into a dissolve, a wipe, and back), approve,
 reject, cancel, `gc` at age 0, and following the next step `factory status` names. The
 operator actions go through `Operations` (what the CLI and the API call); one run sends them
 through the HTTP API of a real `factory serve` process instead.
@@ -22,7 +23,9 @@ After every step:
   is done;
 - (e) what is delivered is what a fresh run of the same spec with the same accepted redo
   history makes: the lossless segments of the current version, bit for bit (a reference job in
-  a home of its own, run once per history), whenever the job rests at `done` with its segments.
+  a home of its own, run once per history), whenever the job rests at `done` with its segments;
+- (g) (the video told in shots) the current version's gate judged its cut or transition as
+  the redos that version holds asked for.
 
 The model (a version counter, the accepted redo history, the pending redo, gc) also predicts
 the operator actions: a delivery goes to a fresh version; rejecting or cancelling a pending
@@ -86,6 +89,7 @@ from factory.manifest import parse_manifest
 from factory.media.intermediate import read_frames
 from factory.ops import Operations
 from factory.ops.submit import submit
+from factory.plan.video import video_plan
 from factory.stages import ACTIVE, Stage, order
 from factory.store import keys, open_store
 from factory.store.file import FileStore
@@ -103,9 +107,11 @@ SPEC = (
     " renditions: [mobile], seed: 5, keyframes: segments}}\n"
     "videos:\n  - {{id: clip, prompt: 'a harbor at dawn'}}\n"
 )
-# The same video told in two shots, cut where segment 2 begins (frame 40): the same four
-# segments, but segment 1 ends its shot (a redo of it joins nothing, a cascade from it stops
-# there) and segment 2 starts from nothing; four chunks, one starting at the cut.
+# The same video told in two shots, cut at frame 40: shot 0 is segments 0-1 and its run-on
+# past the cut (segment 2, frames 40-51: made so that a redo may turn the cut into a
+# transition of up to 1 s, never shown at a cut); shot 1 is segments 3-4, from nothing. A
+# redo of segment 1 joins into the run-on, a cascade from it stops there, a range in shot 1
+# never makes shot 0's run-on again; a redo may change the cut (JOIN_REDOS).
 SHOTS_SPEC = SPEC.replace(
     "prompt: 'a harbor at dawn'}}",
     "scenes: [{{start: 0, prompt: 'a harbor at dawn'}}, "
@@ -122,17 +128,32 @@ VERBOSE = os.environ.get("FACTORY_MODEL_TEST_VERBOSE") == "1"  # every example's
 
 @dataclass(frozen=True)
 class Redo:
-    """One `factory redo` of the model's menu."""
+    """One `factory redo` of the model's menu: a range made again, or joins changed."""
 
-    range: str
-    seed: int
+    range: str | None
+    seed: int | None
     prompt: str | None = None
     cascade: bool = False
+    joins: tuple[str, ...] = ()  # SCENE=JOIN: nothing made again (factory/plan/rejoin.py)
 
     def __repr__(self) -> str:
+        if self.joins:
+            return "redo " + " ".join(f"--join {j}" for j in self.joins)
         said = f"redo --range {self.range} --seed {self.seed}"
         said += f" --prompt {self.prompt!r}" if self.prompt else ""
         return said + (" --cascade" if self.cascade else "")
+
+    def keywords(self) -> dict[str, Any]:
+        """What Operations.redo takes for it."""
+        return {"range_text": self.range, "seed": self.seed, "prompt": self.prompt,
+                "cascade": self.cascade, "joins": list(self.joins)}  # fmt: skip
+
+
+def join_of(history: tuple[Redo, ...], scene: int = 1) -> str:
+    """The join scene `scene` of SHOTS_SPEC has after `history`: the manifest's cut, or what
+    the last redo that changed it gave ("dissolve" for dissolve:1)."""
+    given = [j for redo in history for j in redo.joins if j.startswith(f"{scene}=")]
+    return given[-1].split("=")[1].split(":")[0] if given else "cut"
 
 
 REDOS = (
@@ -140,6 +161,13 @@ REDOS = (
     Redo("0.5-1", 8),  # segment 0, joined into segment 1
     Redo("4-6", 11, prompt="a red boat at dusk"),  # segments 2-3: to the end, no join
     Redo("2.5-3", 12, cascade=True),  # segments 1-3
+)
+# Changing the cut of SHOTS_SPEC (scene 1): into a 1 s dissolve (all of the 12 frames shot 0
+# ran on past it), a 0.5 s wipe, and back to a cut.
+JOIN_REDOS = (
+    Redo(None, None, joins=("1=dissolve:1",)),
+    Redo(None, None, joins=("1=wipe-left:0.5",)),
+    Redo(None, None, joins=("1=cut",)),
 )
 # A new prompt in the middle of the video is left out: its join into the kept segment after
 # it fails the seam gate every time (SeamFailed), whatever the seed (see the report).
@@ -257,14 +285,17 @@ class World:
         return made.jobs[0]
 
     def lossless(self, job_id: str, made: list[dict[str, Any]]) -> np.ndarray | None:
-        """The whole video as its lossless segments hold it, or None when they are not all
-        there (gc, or a generate in progress)."""
+        """The whole video as its lossless segments hold it (the frames each delivers: a
+        shot's run-on left out), or None when they are not all there (gc, or a generate in
+        progress)."""
         batch = job_id.split(".")[0]
+        plans = video_plan(self.factory.jobs.get(job_id).video)
         paths = [self.store_root / keys.segment(batch, VIDEO, s["index"], s.get("attempt"))
                  for s in sorted(made, key=lambda s: s["index"])]  # fmt: skip
-        if len(paths) != 4 or not all(p.exists() for p in paths):
+        if len(paths) != len(plans) or not all(p.exists() for p in paths):
             return None
-        return np.concatenate([read_frames(p, WIDTH, HEIGHT) for p in paths])
+        return np.concatenate([read_frames(p, WIDTH, HEIGHT)[: plan.owned_count]
+                               for p, plan in zip(paths, plans, strict=True)])  # fmt: skip
 
     def digest(self, job_id: str, made: list[dict[str, Any]]) -> str | None:
         key = (job_id, *sorted((s["index"], s.get("attempt")) for s in made))
@@ -317,10 +348,7 @@ class Reference:
             done = world.ops.run_here(job.job_id, "reference")
             assert done.stage is Stage.DONE, f"the reference run failed: {done.last_error}"
             for redo in history:
-                world.ops.redo(
-                    job.job_id, range_text=redo.range, actor="reference", seed=redo.seed,
-                    prompt=redo.prompt, cascade=redo.cascade,
-                )  # fmt: skip
+                world.ops.redo(job.job_id, actor="reference", **redo.keywords())
                 done = world.ops.run_here(job.job_id, "reference")
                 assert done.stage is Stage.DONE, f"reference {redo!r} failed: {done.last_error}"
             made = world.ops.job_view(job.job_id).to_dict()["segments_made"]
@@ -539,7 +567,9 @@ class Lifecycle(RuleBasedStateMachine):
         try:
             done = self._act(verb, **kw)
         except Refused:
-            assert not offered or verb == "requeue", (
+            # (a requeue may be refused for its --from, a redo for what it asks: the join
+            # the video has)
+            assert not offered or verb == "requeue" or kw.get("may_refuse"), (
                 f"{self.said()}: `{verb}` is offered for a {self.job().stage.value} job "
                 "but was refused"
             )
@@ -565,10 +595,7 @@ class Lifecycle(RuleBasedStateMachine):
                                            **self.decision_keywords(self.ops.reject))  # fmt: skip
                 if verb == "redo":
                     redo: Redo = kw["redo"]
-                    self.ops.redo(
-                        jid, range_text=redo.range, actor="model", seed=redo.seed,
-                        prompt=redo.prompt, reason="model", cascade=redo.cascade,
-                    )  # fmt: skip
+                    self.ops.redo(jid, actor="model", reason="model", **redo.keywords())
                     return self.ops.run_here(jid, "redo")  # as `factory redo` does embedded
             except FactoryError as exc:
                 if exc.exit_code == 2:
@@ -589,6 +616,7 @@ class Lifecycle(RuleBasedStateMachine):
             redo = kw["redo"]
             self.server.post(f"{base}/redo", {"range": redo.range, "seed": redo.seed,
                                               "prompt": redo.prompt, "cascade": redo.cascade,
+                                              "joins": list(redo.joins),
                                               "reason": "model"})  # fmt: skip
         # The embedded server runs what it accepts (a requeue, an approval, a redo) in its
         # background runner: the action is over when the job rests again.
@@ -757,17 +785,34 @@ class Lifecycle(RuleBasedStateMachine):
     @rule(redo=st.sampled_from(REDOS))
     def redo(self, redo: Redo) -> None:
         """`factory redo` (embedded: it runs the redo in this process)."""
+        self.run_redo(redo)
+
+    def _done_in_shots(self) -> bool:
+        return self.world.spec == SHOTS_SPEC and self._done()
+
+    @precondition(_done_in_shots)
+    @rule(redo=st.sampled_from(JOIN_REDOS))
+    def change_join(self, redo: Redo) -> None:
+        """`factory redo --join 1=…`: the cut changed, nothing made again."""
+        self.run_redo(redo)
+
+    def run_redo(self, redo: Redo) -> None:
         self.broken = True
         m = self.model
         before = self.job()
         m.trail.append(repr(redo))
+        # Refused only after gc (what it continues from is gone) or for the join it has.
+        same_join = bool(redo.joins) and join_of(m.history) == join_of((redo,))
         try:
-            done = self.act("redo", redo=redo)
+            done = self.act("redo", redo=redo, may_refuse=same_join)
         except Refused as exc:
-            assert m.gc, f"{self.said()}: a redo of a done job at v{m.current} was refused: {exc}"
+            assert m.gc or same_join, (
+                f"{self.said()}: a redo of a done job at v{m.current} was refused: {exc}"
+            )
             self.unchanged(before, repr(redo))
             self.broken = False
             return
+        assert not same_join, f"{self.said()}: {redo!r} gave the join the video has"
         assert not m.gc, f"{self.said()}: a redo after gc was accepted (its segments are gone)"
         m.pending = redo
         m.trail.pop()
@@ -963,6 +1008,14 @@ class Lifecycle(RuleBasedStateMachine):
             assert report.get("passed") is True, (
                 f"the current v{version}'s qc.json does not say passed: {report.get('failures')}"
             )
+            # (g) It holds the join between the shots that the redos it holds asked for.
+            if self.world.spec == SHOTS_SPEC and version in m.histories:
+                judged = [c.get("transition", "cut") for c in report.get("cuts", [])]
+                wanted = join_of(m.histories[version])
+                assert judged == [wanted], (
+                    f"{self.said()}: v{version}'s gate judged the join at frame 40 as {judged}, "
+                    f"but its redos {list(m.histories[version])} ask for a {wanted}"
+                )
         # (e) What is delivered is what the spec and the accepted redo history make.
         if job.stage is Stage.DONE and version is not None:
             self.delivered(version)  # (a version first seen here: the model's history)

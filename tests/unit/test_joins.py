@@ -44,11 +44,37 @@ def test_every_join_form():
         ("continue", 0.0), ("continue", 0.0), ("cut", 0.0), ("wipe-left", 0.5)
     ]  # fmt: skip
     shots = video_shots(spec)
+    # Each shot before a cut or a transition runs on for the video's `run_on` (1 s, 24
+    # frames) at least, the 0.5 s wipe's 12 frames included: a redo may change either join.
     assert [(s.start, s.end, s.make_end, s.join.kind) for s in shots] == [
-        (0, 144, 144, "continue"), (144, 216, 228, "cut"), (216, 288, 288, "wipe-left")
+        (0, 144, 168, "continue"), (144, 216, 240, "cut"), (216, 288, 288, "wipe-left")
     ]  # fmt: skip
     again = VideoSpec.from_dict(spec.to_dict())  # the stored form reads back the same
     assert again == spec and again.sha256() == spec.sha256()
+
+
+def test_run_on_sets_what_a_shot_makes_past_a_cut_and_stays_out_of_the_default_hash():
+    scenes = (
+        "      - {start: 0, prompt: a}\n      - {start: 6, prompt: b, join: cut}\n"
+        "      - {start: 9, prompt: c, join: {transition: dissolve, seconds: 2}}\n"
+    )
+    default = video(scenes)
+    none = video(scenes, HEAD.replace("duration: 12", "duration: 12, run_on: 0"))
+    long = video(scenes, HEAD.replace("duration: 12", "duration: 12, run_on: 3"))
+    assert [s.run_on for s in video_shots(default)] == [24, 48, 0]
+    assert [s.run_on for s in video_shots(none)] == [0, 48, 0]  # a transition's own frames
+    # never past the next shot's end: the shot after the cut is 3 s (72 frames) long
+    assert [s.run_on for s in video_shots(long)] == [72, 72, 0]
+    assert "run_on" not in default.canonical_json() and "run_on" in none.canonical_json()
+    assert VideoSpec.from_dict(none.to_dict()) == none
+    assert "run_on" in " ".join(problems_in(HEAD.replace("duration: 12", "duration: 12, "
+                                                         "run_on: 4"), scenes))  # fmt: skip
+
+
+def problems_in(head: str, scenes: str) -> list[str]:
+    with pytest.raises(ManifestError) as caught:
+        video(scenes, head)
+    return [str(p) for p in caught.value.problems]
 
 
 def test_a_video_without_joins_keeps_its_id_seed_and_hash():
@@ -187,9 +213,21 @@ def test_a_redo_inside_a_shot_never_touches_the_next():
     plans, chunks = video_plan(spec), plan_chunks(spec)
     members = [(c.index, tuple(s.index for s in c.segments)) for c in chunks]
     first, second = ([p.index for p in plans if p.shot == k] for k in (0, 1))
-    # a range that ends in a shot's last segment, before a cut: nothing after it is joined
+    # a range that ends in a shot's last segment that owns frames, before a cut: joined into
+    # the shot's run-on past the cut (made for a redo that changes the join), never further
     redo = plan_redo(spec, plans, members, {}, start=2.5, end=3.9, cascade=False, version=2)
-    assert redo.join is None and redo.segments[-1] == first[-1]
+    assert redo.join == first[-1] and plans[first[-1]].owned_count == 0
+    assert redo.segments[-1] == first[-2]
+    # without a run-on past the cut (`run_on: 0`), nothing after the shot's end is joined
+    bare = video(
+        "      - {start: 0, prompt: a}\n      - {start: 4, prompt: b, join: cut}\n",
+        head=HEAD.replace("320x192", "320x192, run_on: 0, segment: {frames: 24, overlap: 4}"),
+    )
+    bare_plans = video_plan(bare)
+    bare_members = [(c.index, tuple(s.index for s in c.segments)) for c in plan_chunks(bare)]
+    redo = plan_redo(bare, bare_plans, bare_members, {}, start=2.5, end=3.9, cascade=False,
+                     version=2)  # fmt: skip
+    assert redo.join is None and bare_plans[redo.segments[-1] + 1].starts_shot
     assert "starts the next shot from nothing" in redo.why
     # --cascade stops at the end of its shot: its run-on into the dissolve, never the next
     redo = plan_redo(spec, plans, members, {}, start=4.5, end=5, cascade=True, version=2)

@@ -116,7 +116,7 @@ def test_a_video_of_continuing_scenes_is_one_shot_planned_as_today(video) -> Non
         ([0, 20, 25], [Join(), Join("wipe-left", 6), Join(CUT)], 60, "scene 1: its shot is 5"),
         ([0, 20], [Join(), Join("dissolve", 0)], 60, "scene 1: a transition needs"),
         ([0, 20], [Join(), Join(CUT, 4)], 60, "scene 1: only a transition has a length"),
-        ([0, 20], [Join()], 60, "2 scene starts but 1 joins"),
+        ([0, 20], [Join()], 60, "2 scene starts, 1 joins"),
     ],
 )
 def test_joins_that_cannot_be_planned_name_their_scene(starts, joins, total, problem) -> None:
