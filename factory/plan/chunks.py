@@ -79,7 +79,8 @@ def chunk_keyframes(video: VideoSpec, chunk: Chunk) -> list[int]:
 def plan_chunks(video: VideoSpec) -> list[Chunk]:
     """About ``CHUNK_SECONDS`` of segments per chunk, shrinking towards the end of each shot:
     its last chunk holds one segment, the one before it two, then four, ... up to the full
-    size (a short remainder at the shot's start joins its first chunk). A chunk is encoded
+    size (a short remainder at the shot's start joins its first chunk; the first holds at
+    least the frames the shot before ran on past its start, the most a transition blends). A chunk is encoded
     and measured once its last segment exists, so what is left after a shot's last segment
     is its last chunk's work and what the one before it still needs, not a whole 10 s
     chunk's. A chunk never spans two shots: every cut starts a chunk, so it is a keyframe
@@ -91,10 +92,13 @@ def plan_chunks(video: VideoSpec) -> list[Chunk]:
     for shot in shots:
         owning = tuple(s for s in shot.segments if s.owned_count)
         blend = _blend(video, shots, shot)
-        covering = 0  # how many of its first segments the transition into it spans
-        if blend is not None:
+        # How many of its first segments a transition into it may span: as far as the shot
+        # before ran on, whatever the join is now, so a redo that changes the join
+        # (factory/plan/rejoin.py) keeps every chunk as it is but the blend.
+        covering, span = 0, shots[shot.index - 1].run_on if shot.index else 0
+        if span:
             reach = itertools.accumulate(s.owned_count for s in owning)
-            covering = 1 + next(i for i, total in enumerate(reach) if total >= blend.frames)
+            covering = 1 + next(i for i, total in enumerate(reach) if total >= span)
         start = 0
         for size in _chunk_sizes(len(owning), per_chunk, covering):
             chunks.append(Chunk(len(chunks), owning[start : start + size],

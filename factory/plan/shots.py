@@ -134,7 +134,9 @@ def sources(shots: Sequence[ShotPlan], frame: int) -> list[Source]:
     the outgoing shot's run-on and the incoming shot's own frame (in that order)."""
     found = []
     for shot in shots:
-        if shot.start <= frame < shot.make_end:
+        following = shots[shot.index + 1] if shot.index + 1 < len(shots) else None
+        blended = following.join.frames if following is not None else 0  # (not a cut's run-on)
+        if shot.start <= frame < shot.end + blended:
             segment = next(s for s in shot.segments if s.write_start <= frame < s.write_end)
             found.append(Source(shot.index, segment.index))
     return found

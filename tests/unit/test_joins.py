@@ -18,7 +18,7 @@ from factory.plan.chunks import plan_chunks
 from factory.plan.redo import plan_redo
 from factory.plan.video import video_plan, video_shots
 from factory.qc.cuts import BLEND_RATIO_LIMIT, judge_cut
-from factory.spec import TRANSITIONS, VideoSpec
+from factory.spec import TRANSITIONS, VideoSpec, with_joins
 
 HEAD = "batch: j\ndefaults: {duration: 12, fps: 24, resolution: 320x192}\nvideos:\n  - id: v\n"
 
@@ -201,6 +201,24 @@ def test_chunks_deliver_every_frame_once_and_start_at_every_cut_and_transition(s
         assert chunk.frames >= blend.frames  # blended within one chunk
     for plan in plans:
         assert plan.run_on == 0 or plan.shot < len(shots) - 1
+    # Any join a redo may give (within the run-on each shot was made with) keeps the plan:
+    # the same segments, the same chunks by frame; only the blends differ.
+    for shot in shots[1:]:
+        before = shots[shot.index - 1]
+        scene = shot.scenes[0]
+        seconds = before.run_on / spec.fps
+        for change in ({"join": "cut"}, {"join": "wipe-left", "seconds": seconds}):
+            if change["join"] == shot.join.kind or (change.get("seconds", 1) < 0.5):
+                continue
+            if before.run_on > shot.end - shot.start:
+                continue
+            changed = with_joins(spec, {str(scene): change})
+            assert video_plan(changed) == plans
+            again = plan_chunks(changed)
+            assert [c.segments for c in again] == [c.segments for c in chunks]
+            [blended] = [c for c in again if c.segments[0].index == shot.segments[0].index]
+            kind = blended.blend.transition if blended.blend else "cut"
+            assert kind == change["join"]
 
 
 def test_a_redo_inside_a_shot_never_touches_the_next():
