@@ -80,11 +80,11 @@ def plan_chunks(video: VideoSpec) -> list[Chunk]:
     """About ``CHUNK_SECONDS`` of segments per chunk, shrinking towards the end of each shot:
     its last chunk holds one segment, the one before it two, then four, ... up to the full
     size (a short remainder at the shot's start joins its first chunk; the first holds at
-    least the frames the shot before ran on past its start, the most a transition blends). A chunk is encoded
-    and measured once its last segment exists, so what is left after a shot's last segment
-    is its last chunk's work and what the one before it still needs, not a whole 10 s
-    chunk's. A chunk never spans two shots: every cut starts a chunk, so it is a keyframe
-    in every rendition."""
+    least the frames the shot before ran on past its start, the most a transition blends).
+    A chunk is encoded and measured once its last segment exists, so what is left after a
+    shot's last segment is its last chunk's work and what the one before it still needs,
+    not a whole 10 s chunk's. A chunk never spans two shots: every cut starts a chunk, so it
+    is a keyframe in every rendition."""
     step = video.segment_frames - video.segment_overlap
     per_chunk = max(1, math.ceil(CHUNK_SECONDS * video.fps / step))
     chunks: list[Chunk] = []
