@@ -97,10 +97,55 @@ class ModelChoice:
 
 
 @dataclass(frozen=True)
-class AudioChoice:
+class SoundCue:
+    """A sound effect mixed over the bed from `at` seconds on (docs/manifest.md, "Sound")."""
+
+    at: float  # seconds from the video's start; cut at the video's end
     asset: str  # store URL (file://, s3://) or a key in the factory's store
     gain_db: float = 0.0
+
+
+# Delivery profiles: integrated loudness (LUFS) and true-peak ceiling (dBTP).
+LOUDNESS_PROFILES = {"streaming": (-14.0, -1.0), "broadcast": (-23.0, -1.0)}
+
+
+@dataclass(frozen=True)
+class Loudness:
+    """The loudness the track is normalised to and the gate holds it to."""
+
+    integrated: float  # LUFS
+    true_peak: float  # dBTP, the ceiling
+    profile: str | None = None  # the delivery profile it came from, if any
+
+
+@dataclass(frozen=True)
+class AudioChoice:
+    asset: str | None  # the bed: store URL (file://, s3://) or a store key; None: silence
+    gain_db: float = 0.0
     loop: bool = True  # shorter assets loop to length; otherwise silence pads the end
+    cues: tuple[SoundCue, ...] = ()  # mixed over the bed at their times
+    loudness: Loudness | None = None  # normalised to this and checked; None: as mixed
+
+    def to_dict(self) -> dict[str, Any]:
+        """As the spec stores it: cues and loudness only where given, so a spec made before
+        they existed keeps its hash."""
+        data: dict[str, Any] = {"asset": self.asset, "gain_db": self.gain_db, "loop": self.loop}
+        if self.cues:
+            data["cues"] = [asdict(cue) for cue in self.cues]
+        if self.loudness is not None:
+            data["loudness"] = asdict(self.loudness)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> AudioChoice:
+        loudness = data.get("loudness")
+        return cls(
+            data["asset"], float(data.get("gain_db", 0.0)), bool(data.get("loop", True)),
+            tuple(SoundCue(float(c["at"]), c["asset"], float(c.get("gain_db", 0.0)))
+                  for c in data.get("cues", ())),
+            Loudness(float(loudness["integrated"]), float(loudness["true_peak"]),
+                     loudness.get("profile")) if loudness else None,
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -142,7 +187,10 @@ class VideoSpec:
     def assets(self) -> tuple[str, ...]:
         """Files the job reads from the store besides its own work: the asset cache warms them."""
         loras = tuple(lora.asset for lora in self.model.loras)
-        return loras + ((self.audio.asset,) if self.audio else ())
+        if self.audio is None:
+            return loras
+        bed = (self.audio.asset,) if self.audio.asset else ()
+        return loras + bed + tuple(dict.fromkeys(cue.asset for cue in self.audio.cues))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -160,7 +208,7 @@ class VideoSpec:
             "model": {k: v for k, v in asdict(self.model).items() if v not in (None, ())},
             "segment": {"frames": self.segment_frames, "overlap": self.segment_overlap},
             "renditions": list(self.renditions),
-            "audio": asdict(self.audio) if self.audio else None,
+            "audio": self.audio.to_dict() if self.audio else None,
             **({"keyframes": self.keyframes} if self.keyframes != DEFAULT_KEYFRAMES else {}),
             **({"run_on": self.run_on} if self.run_on != DEFAULT_RUN_ON else {}),
         }
@@ -184,7 +232,7 @@ class VideoSpec:
             segment_frames=int(data["segment"]["frames"]),
             segment_overlap=int(data["segment"]["overlap"]),
             renditions=tuple(data["renditions"]),
-            audio=AudioChoice(**audio) if audio else None,
+            audio=AudioChoice.from_dict(audio) if audio else None,
             keyframes=data.get("keyframes", DEFAULT_KEYFRAMES),
             run_on=float(data.get("run_on", DEFAULT_RUN_ON)),
         )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import ValidationError
 
@@ -38,12 +38,15 @@ from factory.spec import (
     CUT,
     DEFAULT_KEYFRAMES,
     DEFAULT_RUN_ON,
+    LOUDNESS_PROFILES,
     TRANSITION_SECONDS,
     TRANSITIONS,
     AudioChoice,
     LoraChoice,
+    Loudness,
     ModelChoice,
     Scene,
+    SoundCue,
     VideoSpec,
     derived_seed,
     derived_video_id,
@@ -180,7 +183,9 @@ def _resolve(
     segment = _effective_segment(model, values["segment"], origin, here, problems)
     if segment is None:
         return None
-    audio: AudioSettings | None = values["audio"]
+    audio = _audio(values["audio"], duration, origin.get("audio", f"{here}.audio"), problems)
+    if audio is False:
+        return None
     resolution: Resolution = values["resolution"]
     if not _fits_family(model, segment, resolution, origin, here, problems):
         return None
@@ -205,7 +210,7 @@ def _resolve(
         segment_frames=segment.frames,
         segment_overlap=segment.overlap,
         renditions=tuple(values["renditions"]),
-        audio=AudioChoice(audio.asset, audio.gain_db, audio.loop) if audio else None,
+        audio=audio,
         keyframes=values["keyframes"] or DEFAULT_KEYFRAMES,
         run_on=float(values["run_on"]),
     )
@@ -341,6 +346,41 @@ def _scenes(
     )
 
 
+def _audio(
+    settings: AudioSettings | None, duration: float, here: str, problems: list[FieldProblem]
+) -> AudioChoice | Literal[False] | None:
+    """The video's sound: its bed, its cues (each starting inside the video) and the loudness
+    it is normalised to (a delivery profile's, or its own); False after a problem."""
+    if settings is None:
+        return None
+    found = len(problems)
+    cues = []
+    for k, cue in enumerate(settings.cues or ()):
+        if cue.at >= duration:
+            problems.append(FieldProblem(
+                f"{here}.cues[{k}].at",
+                f"{cue.at:g} s is not inside the video ({duration:g} s long)",
+            ))  # fmt: skip
+        cues.append(SoundCue(float(cue.at), cue.asset, float(cue.gain_db)))
+    loudness = None
+    if (wanted := settings.loudness) is not None:
+        integrated, true_peak = LOUDNESS_PROFILES.get(wanted.profile or "", (None, -1.0))
+        integrated = wanted.integrated if wanted.integrated is not None else integrated
+        true_peak = wanted.true_peak if wanted.true_peak is not None else true_peak
+        assert integrated is not None  # (LoudnessSettings wants a profile or integrated)
+        if true_peak <= integrated:
+            problems.append(FieldProblem(
+                f"{here}.loudness.true_peak",
+                f"{true_peak:g} dBTP is not above the integrated loudness ({integrated:g} LUFS)",
+            ))  # fmt: skip
+        loudness = Loudness(float(integrated), float(true_peak), wanted.profile)
+    if len(problems) > found:
+        return False
+    cues.sort(key=lambda cue: cue.at)  # (stored in time order: the same sound, one spec)
+    return AudioChoice(settings.asset, float(settings.gain_db), settings.loop, tuple(cues),
+                       loudness)  # fmt: skip
+
+
 _JOIN_FORMS = "continue, cut, or {transition: NAME, seconds: S}"
 
 
@@ -461,7 +501,9 @@ def revalidated_spec(data: Any, job_id: str | None = None) -> VideoSpec:
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise StoredSpecError(f"{where}: the stored spec is malformed ({exc!r:.200})") from None
     problems: list[FieldProblem] = []
+    cues = spec.audio.cues if spec.audio else ()
     for name, asset in (("audio.asset", spec.audio.asset if spec.audio else None),
+                        *((f"audio.cues[{k}].asset", c.asset) for k, c in enumerate(cues)),
                         *(("lora.asset", lora.asset) for lora in spec.model.loras)):  # fmt: skip
         if asset is not None and is_local_path(asset):
             problems.append(FieldProblem(name, f"{asset!r}: a stored spec names store content"))
@@ -499,10 +541,23 @@ def _entry_of(spec: VideoSpec) -> dict[str, Any]:
         "model": model,
         "segment": {"frames": spec.segment_frames, "overlap": spec.segment_overlap},
         "renditions": list(spec.renditions),
-        "audio": {"asset": audio.asset, "gain_db": audio.gain_db, "loop": audio.loop}
-        if audio
-        else "silence",
+        "audio": _audio_entry(audio) if audio else "silence",
         "scenes": [s.to_dict() for s in spec.scenes],
         **({"keyframes": spec.keyframes} if spec.keyframes != DEFAULT_KEYFRAMES else {}),
         **({"run_on": spec.run_on} if spec.run_on != DEFAULT_RUN_ON else {}),
     }
+
+
+def _audio_entry(audio: AudioChoice) -> dict[str, Any]:
+    """The manifest's form of a stored sound (what resolves to it again)."""
+    entry: dict[str, Any] = {"gain_db": audio.gain_db, "loop": audio.loop}
+    if audio.asset is not None:
+        entry["asset"] = audio.asset
+    if audio.cues:
+        entry["cues"] = [{"at": c.at, "asset": c.asset, "gain_db": c.gain_db} for c in audio.cues]
+    if audio.loudness is not None:
+        loudness = audio.loudness
+        entry["loudness"] = {"integrated": loudness.integrated, "true_peak": loudness.true_peak}
+        if loudness.profile:
+            entry["loudness"]["profile"] = loudness.profile
+    return entry

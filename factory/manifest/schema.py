@@ -22,6 +22,7 @@ from factory.spec import (
     DEFAULT_RUN_ON,
     DIFFUSERS_FAMILIES,
     KEYFRAME_LAYOUTS,
+    LOUDNESS_PROFILES,
     MODEL_FAMILIES,
     TRANSITION_SECONDS,
 )
@@ -39,6 +40,7 @@ MAX_SEGMENT_FRAMES = 1024
 MAX_SEED = 2**32 - 1
 MAX_SECONDS_PER_SEGMENT = 3600.0
 MAX_LORAS = 4
+MAX_CUES = 200
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$"
 RENDITIONS = ("master", "mobile", "compat")
 DEFAULT_RENDITIONS = RENDITIONS
@@ -172,15 +174,55 @@ class ModelSettings(_Strict):
         return self
 
 
-class AudioSettings(_Strict):
+class CueSettings(_Strict):
+    at: float = Field(ge=0, le=MAX_DURATION_S, allow_inf_nan=False)
     asset: str = Field(min_length=1, max_length=1024)
     gain_db: float = Field(default=0.0, ge=-60, le=12, allow_inf_nan=False)
-    loop: StrictBool = True
 
     @field_validator("asset")
     @classmethod
     def _reference(cls, value: str) -> str:
         return _asset_reference(value)
+
+
+class LoudnessSettings(_Strict):
+    # a delivery profile's values (LOUDNESS_PROFILES), which `integrated`/`true_peak` override
+    profile: Literal[tuple(LOUDNESS_PROFILES)] | None = None  # type: ignore[valid-type]
+    integrated: float | None = Field(default=None, ge=-40, le=-5, allow_inf_nan=False)
+    true_peak: float | None = Field(default=None, ge=-9, le=0, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _target(self) -> LoudnessSettings:
+        if self.profile is None and self.integrated is None:
+            raise ValueError(
+                f"give a profile ({', '.join(LOUDNESS_PROFILES)}) or the integrated loudness "
+                "in LUFS, e.g. {integrated: -16, true_peak: -1}"
+            )
+        return self
+
+
+class AudioSettings(_Strict):
+    asset: str | None = Field(default=None, min_length=1, max_length=1024)  # the bed
+    gain_db: float = Field(default=0.0, ge=-60, le=12, allow_inf_nan=False)
+    loop: StrictBool = True
+    cues: list[CueSettings] | None = Field(default=None, min_length=1, max_length=MAX_CUES)
+    loudness: LoudnessSettings | None = None
+
+    @field_validator("asset")
+    @classmethod
+    def _reference(cls, value: str | None) -> str | None:
+        return None if value is None else _asset_reference(value)
+
+    @field_validator("loudness", mode="before")
+    @classmethod
+    def _profile(cls, value: Any) -> Any:
+        return {"profile": value} if isinstance(value, str) else value
+
+    @model_validator(mode="after")
+    def _sound(self) -> AudioSettings:
+        if self.asset is None and not self.cues:
+            raise ValueError("give a bed (asset), cues, or both; or say audio: silence")
+        return self
 
 
 class SceneSettings(_Strict):

@@ -36,6 +36,12 @@ def run(argv: Sequence[str], *, timeout: float | None = None) -> None:
 
     While it runs, the holder's stop signal (factory.infra.stopping) is polled: a worker that lost
     its job kills ffmpeg and stops instead of encoding on for minutes."""
+    run_output(argv, timeout=timeout)
+
+
+def run_output(argv: Sequence[str], *, timeout: float | None = None) -> str:
+    """`run`, giving what the command printed to stderr (where filters such as `ebur128` and
+    `loudnorm` print their measurements)."""
     signal = stopping.current()
     with tempfile.TemporaryFile() as stderr:
         proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL,
@@ -57,6 +63,8 @@ def run(argv: Sequence[str], *, timeout: float | None = None) -> None:
                                      + _tail(stderr)) from None  # fmt: skip
         if proc.returncode != 0:
             raise MediaError(argv, proc.returncode, _tail(stderr))
+        stderr.seek(0)
+        return stderr.read().decode(errors="replace")
 
 
 def _tail(stderr: IO[bytes]) -> str:

@@ -1,10 +1,11 @@
 """Before anything is written or any GPU second is spent: every file a manifest refers to is
 checked, and files named beside the manifest are put into the store.
 
-- An asset (audio bed, LoRA) named by a path in the manifest's folder (`./beds/calm.ogg`;
+- An asset (audio bed, sound cue, LoRA) named by a path in the manifest's folder (`./beds/calm.ogg`;
   never outside it, links included) is hashed and becomes the store key
   `assets/sha256/<hex>.<ext>`: the job's spec names the content, the file is uploaded once,
-  and a changed file is a different job.
+  and a changed file is a different job. A bed or a cue must decode as audio, within
+  factory/media/sound.py's limits (length, size).
 - A store key, an `s3://` URL or a `file://` URL must exist now; a store that cannot be
   reached is an error of its own (exit 1), never a silent pass.
 - An asset or model directory outside what the operator allows (FACTORY_ASSET_ROOTS,
@@ -32,7 +33,8 @@ from factory.errors import BadInput, FactoryError, FieldProblem, ManifestError, 
 from factory.generate.families import FAMILIES
 from factory.infra.confinement import Confinement
 from factory.manifest import Manifest, is_local_path
-from factory.spec import AudioChoice, LoraChoice, VideoSpec
+from factory.media.sound import check_sound_file
+from factory.spec import LoraChoice, VideoSpec
 from factory.store.base import Store
 
 CONTENT_PREFIX = "assets/sha256"
@@ -53,6 +55,7 @@ class Preflight:
 class _Reference:
     field: str  # manifest path, e.g. videos[3].audio.asset
     value: str
+    sound: bool = False  # a bed or a cue: a file beside the manifest must decode as audio
 
 
 def check(
@@ -126,8 +129,11 @@ def content_key(path: Path) -> str:
 def _references(manifest: Manifest) -> list[_Reference]:
     found: list[_Reference] = []
     for index, video in enumerate(manifest.videos):
-        if video.audio is not None:
-            found.append(_Reference(f"{manifest.field(index, 'audio')}.asset", video.audio.asset))
+        audio, here = video.audio, manifest.field(index, "audio")
+        if audio is not None and audio.asset is not None:
+            found.append(_Reference(f"{here}.asset", audio.asset, sound=True))
+        for number, cue in enumerate(audio.cues if audio else ()):
+            found.append(_Reference(f"{here}.cues[{number}].asset", cue.asset, sound=True))
         for number, lora in enumerate(video.model.loras):
             where = f"{manifest.field(index, 'model')}.lora[{number}].asset"
             found.append(_Reference(where, lora.asset))
@@ -159,6 +165,9 @@ def _local_file(base: Path, reference: _Reference, problems: list[FieldProblem])
             pass
     except OSError as exc:
         problems.append(FieldProblem(reference.field, f"{path} cannot be read: {exc.strerror}"))
+        return None
+    if reference.sound and (problem := check_sound_file(path)):
+        problems.append(FieldProblem(reference.field, f"{reference.value} {problem}"))
         return None
     return path
 
@@ -299,8 +308,10 @@ def _with_keys(video: VideoSpec, keys: dict[str, str]) -> VideoSpec:
     if not keys:
         return video
     audio = video.audio
-    if audio is not None and audio.asset in keys:
-        audio = AudioChoice(keys[audio.asset], audio.gain_db, audio.loop)
+    if audio is not None:
+        cues = tuple(replace(cue, asset=keys.get(cue.asset, cue.asset)) for cue in audio.cues)
+        bed = keys.get(audio.asset, audio.asset) if audio.asset is not None else None
+        audio = replace(audio, asset=bed, cues=cues)
     loras = tuple(
         LoraChoice(keys.get(lora.asset, lora.asset), lora.scale) for lora in video.model.loras
     )

@@ -21,6 +21,7 @@ from factory.job import Job
 from factory.media.analyze import PassResult
 from factory.media.frames import frames_at
 from factory.media.probe import probe, video_packet_digests
+from factory.media.sound import measure_loudness
 from factory.pipeline import files
 from factory.pipeline.chunk_qc import (
     ChunkMeasure,
@@ -90,7 +91,9 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
     thumbs = {i: t for m, c in zip(measures, chunks, strict=True)
               for i, t in seam_thumbnails(ctx, m, c).items()}  # fmt: skip
     sheet = pictures.contact_sheet(title, _seam_pictures(plans, thumbs, seams), join_pictures)
-    plot = pictures.quality_plot(title, video.fps, series, seams, limits.to_dict(), defects)
+    loudness = {r: entry["loudness"] for r, entry in renditions.items() if "loudness" in entry}
+    plot = pictures.quality_plot(title, video.fps, series, seams, limits.to_dict(), defects,
+                                 loudness)  # fmt: skip
     summary = _store_report(ctx, job, document, {"contact": sheet, "quality": plot})
     job = ctx.machine.checkpoint(
         job.job_id,
@@ -121,6 +124,8 @@ def _check_rendition(
     with ctx.store.local_path(files.muxed(job, rendition)) as muxed:
         facts = probe(muxed)
         packets = video_packet_digests(muxed, [c.frames for c in chunks])
+        sound = measure_loudness(muxed) if facts.audio is not None else None
+    target = video.audio.loudness if video.audio else None
     measured = as_delivered(
         joined_result(measures, rendition, video.fps), measures, rendition, packets, video.fps
     )
@@ -131,6 +136,7 @@ def _check_rendition(
         *expected_checks(video, rendition, facts),
         *(gate.content_checks(measured, limits) if rendition == video.renditions[0] else []),
         *(gate.fidelity_checks(fidelity, limits) if fidelity else []),
+        *(gate.loudness_checks(sound, target) if sound is not None else []),
     ]
     content = {"black": _runs(measured.black), "frozen": _runs(measured.frozen)}
     entry = {
@@ -139,6 +145,12 @@ def _check_rendition(
         "content": content,
         "probe": probe_summary(facts),
     }
+    if sound is not None:
+        entry["loudness"] = {
+            "integrated": sound.integrated, "range": sound.range, "true_peak": sound.true_peak,
+            **({"target": target.integrated, "ceiling": target.true_peak} if target else {}),
+            "short_term": [[round(t, 2), v] for t, v in sound.short_term[::5]],  # every 0.5 s
+        }  # fmt: skip
     return entry, measured
 
 

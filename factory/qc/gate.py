@@ -14,8 +14,10 @@ from typing import Any
 from factory.media.analyze import PassResult
 from factory.media.presets import GOP_SECONDS
 from factory.media.probe import Probe
+from factory.media.sound import LoudnessMeasure
 from factory.qc.seams import SeamScore
 from factory.qc.thresholds import QcThresholds
+from factory.spec import Loudness
 
 SCHEMA = "factory.qc/2"
 AV_TOLERANCE_S = 0.042
@@ -149,6 +151,34 @@ def stream_checks(facts: Probe) -> list[Check]:
             )
         )
     return checks
+
+
+LOUDNESS_TOLERANCE_LU = 1.0  # integrated loudness within this of the target
+
+
+def loudness_checks(measured: LoudnessMeasure, target: Loudness | None) -> list[Check]:
+    """A rendition's sound against the video's loudness target: integrated loudness within
+    ±1 LU of it, true peak at or under its ceiling (no target: measured, not judged)."""
+    if target is None:
+        return []
+    off = round(measured.integrated - target.integrated, 2)
+    return [
+        Check(
+            "loudness_integrated",
+            abs(off) <= LOUDNESS_TOLERANCE_LU,
+            measured.integrated,
+            {"target": target.integrated, "tolerance": LOUDNESS_TOLERANCE_LU},
+            f"integrated loudness {measured.integrated:g} LUFS is {off:+g} LU from the "
+            f"{target.integrated:g} LUFS target (at most ±{LOUDNESS_TOLERANCE_LU:g} LU)",
+        ),
+        Check(
+            "true_peak",
+            measured.true_peak <= target.true_peak,
+            measured.true_peak,
+            target.true_peak,
+            f"true peak {measured.true_peak:g} dBTP is over the {target.true_peak:g} dBTP ceiling",
+        ),
+    ]
 
 
 def content_checks(result: PassResult, limits: QcThresholds) -> list[Check]:

@@ -163,15 +163,19 @@ def quality_plot(
     seams: Sequence[dict[str, Any]],
     limits: dict[str, float],
     defects: dict[str, list[list[float]]] | None = None,
+    loudness: dict[str, dict[str, Any]] | None = None,
 ) -> bytes:
     """Per-frame VMAF, PSNR-Y and SSIM of each rendition, and the seam jump scores, in time;
-    black and frozen runs that fail the gate are shaded."""
+    black and frozen runs that fail the gate are shaded; with `loudness` (per rendition, as
+    qc.json has it), a panel of short-term loudness with the target's ±1 LU band."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    figure, axes = plt.subplots(4, 1, figsize=(11, 10), sharex=True, constrained_layout=True)
+    rows = 5 if loudness else 4
+    figure, axes = plt.subplots(rows, 1, figsize=(11, 2.5 * rows), sharex=True,
+                                constrained_layout=True)  # fmt: skip
     panels = (
         ("vmaf", "VMAF", limits.get("min_vmaf")),
         ("psnr_y", "PSNR-Y (dB)", limits.get("min_psnr")),
@@ -183,12 +187,34 @@ def quality_plot(
     _seam_panel(seam_axis, seams, limits)
     _shade_defects(axes, fps, defects)
     seam_axis.set_ylabel("seam jump")
-    seam_axis.set_xlabel("seconds")
+    if loudness:
+        _loudness_panel(axes[4], loudness)
+    axes[-1].set_xlabel("seconds")
     figure.suptitle(title)
     out = io.BytesIO()
     figure.savefig(out, format="png", dpi=80)
     plt.close(figure)
     return out.getvalue()
+
+
+def _loudness_panel(axis: Any, loudness: dict[str, dict[str, Any]]) -> None:
+    """Short-term loudness of each rendition's sound in time, its integrated loudness and
+    true peak in the legend, and the target's ±1 LU band where there is one."""
+    target = None
+    for name, measured in loudness.items():
+        points = [(t, v) for t, v in measured.get("short_term", []) if v > -70]
+        label = (f"{name}: {measured['integrated']:g} LUFS, LRA {measured['range']:g} LU, "
+                 f"peak {measured['true_peak']:g} dBTP")  # fmt: skip
+        if points:
+            axis.plot(*zip(*points, strict=True), label=label, linewidth=1)
+        else:
+            axis.plot([], [], label=label + " (silent)")
+        target = measured.get("target", target)
+    if target is not None:
+        axis.axhspan(target - 1, target + 1, color="green", alpha=0.15,
+                     label=f"target {target:g} LUFS ±1 LU")  # fmt: skip
+    axis.set_ylabel("loudness (LUFS, 3 s)")
+    axis.legend(loc="lower right", fontsize="small")
 
 
 def _fidelity_panel(

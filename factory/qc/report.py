@@ -36,6 +36,7 @@ def build(
             "fidelity": result.get("fidelity"),
             "content": result.get("content"),
             "probe": result.get("probe"),
+            **({"loudness": result["loudness"]} if "loudness" in result else {}),
         }
     failures += failures_of("seams", seam_checks)
     failures += failures_of("drift", drift_checks)

@@ -30,8 +30,10 @@ def test_every_example_validates_as_it_is(tmp_path: Path, manifest: Path):
     videos = yaml.safe_load(manifest.read_text())["videos"]
     jobs = json.loads(shown.stdout)
     assert [j["video_id"] for j in jobs] == [v["id"] for v in videos]
-    for job in jobs:  # beds beside the manifest are named by their content
-        assert job["audio"] is None or job["audio"]["asset"].startswith("assets/sha256/")
+    for job in jobs:  # beds and cues beside the manifest are named by their content
+        audio = job["audio"] or {}
+        named = [audio.get("asset"), *(cue["asset"] for cue in audio.get("cues", []))]
+        assert all(a.startswith("assets/sha256/") for a in named if a is not None), audio
     assert not (tmp_path / "home" / "store").exists() or not any(
         (tmp_path / "home" / "store").rglob("*.ogg")
     )  # validate writes nothing
@@ -60,3 +62,20 @@ def test_a_nightly_video_is_delivered_as_the_example_defines_it(tmp_path: Path):
     report = json.loads((tmp_path / "home/store/nightly/market-day/qc.json").read_text())
     [cut] = report["cuts"]
     assert cut["seconds"] == 35.0 and cut["passed"] and "transition" not in cut
+
+
+def test_the_production_example_delivers_its_sound_as_defined(tmp_path: Path):
+    """examples/production.yaml as it is: cues over a bed and over silence, each video
+    brought to its delivery profile's loudness in every rendition."""
+    env = embedded_env(tmp_path / "home")
+    done = run_cli("run", str(REPO / "examples" / "production.yaml"), env=env, timeout=1200)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "2 of 2 videos delivered" in done.stdout
+    targets = {"brand-sting": -14, "newsroom-open": -23}
+    for video, target in targets.items():
+        report = json.loads((tmp_path / f"home/store/production/{video}/qc.json").read_text())
+        assert report["passed"], report["failures"]
+        for rendition, entry in report["renditions"].items():
+            loudness = entry["loudness"]
+            assert loudness["target"] == target, (video, rendition)
+            assert abs(loudness["integrated"] - target) <= 1 and loudness["true_peak"] <= -1

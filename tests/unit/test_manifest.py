@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from factory.errors import ManifestError
-from factory.manifest import MAX_MANIFEST_BYTES, load_manifest, parse_manifest
+from factory.manifest import MAX_MANIFEST_BYTES, load_manifest, parse_manifest, revalidated_spec
 from factory.spec import VideoSpec
 
 BAD = Path(__file__).parent.parent / "data" / "bad_manifests"
@@ -203,6 +203,30 @@ def test_loras_reach_the_spec_and_its_assets_and_leave_old_hashes_alone():
     assert "loras" not in plain.to_dict()["model"]  # a spec without LoRAs hashes as before
     assert VideoSpec.from_dict(styled.to_dict()) == styled
     assert plain.sha256() != styled.sha256()
+
+
+def test_cues_and_loudness_reach_the_spec_and_leave_old_hashes_alone():
+    base = "batch: b\nvideos:\n  - id: a\n    prompt: ok\n    duration: 8\n    audio: %s\n"
+    plain = parse_manifest(base % "{asset: beds/sea.ogg}").videos[0]
+    assert plain.to_dict()["audio"] == {"asset": "beds/sea.ogg", "gain_db": 0.0, "loop": True}
+    # The digest this bed-only spec had before cues existed (fd31978): the same job.
+    assert plain.sha256() == "bda564f1885b22eeedd4892360f7d90e156cacd1fa7501bdb3bf71a4d635cbfa"
+    sound = parse_manifest(base % (
+        "{asset: beds/sea.ogg, cues: [{at: 5, asset: fx/gull.wav}, "
+        "{at: 1.5, asset: fx/bell.wav, gain_db: -3}], loudness: broadcast}"
+    )).videos[0]  # fmt: skip
+    assert [(c.at, c.asset, c.gain_db) for c in sound.audio.cues] == [
+        (1.5, "fx/bell.wav", -3.0),
+        (5.0, "fx/gull.wav", 0.0),
+    ]  # fmt: skip  (in time order, whatever order the manifest gives)
+    assert (sound.audio.loudness.integrated, sound.audio.loudness.true_peak) == (-23.0, -1.0)
+    assert sound.assets == ("beds/sea.ogg", "fx/bell.wav", "fx/gull.wav")
+    assert VideoSpec.from_dict(sound.to_dict()) == sound
+    assert revalidated_spec(sound.to_dict()) == sound  # the stored spec resolves to itself
+    own = parse_manifest(base % "{cues: [{at: 0, asset: fx/bell.wav}], loudness: "
+                                "{profile: streaming, integrated: -16}}").videos[0]  # fmt: skip
+    assert own.audio.asset is None and own.assets == ("fx/bell.wav",)
+    assert (own.audio.loudness.integrated, own.audio.loudness.true_peak) == (-16.0, -1.0)
 
 
 def family_manifest(family: str, segment: str = "") -> str:
