@@ -47,6 +47,25 @@ TRANSITION_SECONDS = (0.5, 3.0)
 DEFAULT_RUN_ON = 1.0
 
 
+IMAGE_ROLES = ("first-frame", "reference")
+# The families that can use each kind of picture (docs/manifest.md, "Images").
+IMAGE_FAMILIES = {"first-frame": ("procedural",), "reference": ("procedural",)}
+IMAGE_FITS = ("pad", "crop")
+DEFAULT_IMAGE_FIT = "pad"
+
+
+@dataclass(frozen=True)
+class SceneImage:
+    """A picture a scene brings (docs/manifest.md, "Images"): `first-frame` starts the
+    scene's shot from it; `reference` conditions every segment of the scene on it."""
+
+    asset: str  # store URL (file://, s3://) or a key in the factory's store
+    role: str = "first-frame"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"asset": self.asset, "as": self.role}
+
+
 @dataclass(frozen=True)
 class Scene:
     start: float  # seconds
@@ -60,24 +79,29 @@ class Scene:
     # (factory/plan/rejoin.py): what that shot was made with; never stored in the spec.
     # None: the larger of the transition and the video's `run_on` (run_on_frames).
     made_run_on: int | None = None
+    image: SceneImage | None = None  # a first frame or a reference picture
 
     def to_dict(self) -> dict[str, Any]:
-        """As the spec stores it: `join` only where it is not `continue`, so specs made
-        before shots existed keep their hash (and their derived seed and id)."""
+        """As the spec stores it: `join` only where it is not `continue`, `image` only where
+        given, so specs made before either existed keep their hash (and seed and id)."""
         data: dict[str, Any] = {"start": self.start, "end": self.end, "prompt": self.prompt}
         if self.join in TRANSITIONS:
             data["join"] = {"transition": self.join, "seconds": self.transition_seconds}
         elif self.join != CONTINUE:
             data["join"] = self.join
+        if self.image is not None:
+            data["image"] = self.image.to_dict()
         return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Scene:
         join = data.get("join", CONTINUE)
+        found = data.get("image")
+        image = SceneImage(found["asset"], found.get("as", "first-frame")) if found else None
         if isinstance(join, dict):
             return cls(data["start"], data["end"], data["prompt"], join["transition"],
-                       float(join["seconds"]))  # fmt: skip
-        return cls(data["start"], data["end"], data["prompt"], join)
+                       float(join["seconds"]), image=image)  # fmt: skip
+        return cls(data["start"], data["end"], data["prompt"], join, image=image)
 
 
 @dataclass(frozen=True)
@@ -169,6 +193,8 @@ class VideoSpec:
     keyframes: str = DEFAULT_KEYFRAMES
     # At least this many seconds made past the end of a shot that a cut or transition ends.
     run_on: float = DEFAULT_RUN_ON
+    # How a scene's picture is brought to the frame size: pad (fit, black bars) or crop.
+    image_fit: str = DEFAULT_IMAGE_FIT
 
     @property
     def job_id(self) -> str:
@@ -187,10 +213,11 @@ class VideoSpec:
     def assets(self) -> tuple[str, ...]:
         """Files the job reads from the store besides its own work: the asset cache warms them."""
         loras = tuple(lora.asset for lora in self.model.loras)
+        images = tuple(dict.fromkeys(s.image.asset for s in self.scenes if s.image is not None))
         if self.audio is None:
-            return loras
+            return loras + images
         bed = (self.audio.asset,) if self.audio.asset else ()
-        return loras + bed + tuple(dict.fromkeys(cue.asset for cue in self.audio.cues))
+        return loras + images + bed + tuple(dict.fromkeys(c.asset for c in self.audio.cues))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -211,6 +238,7 @@ class VideoSpec:
             "audio": self.audio.to_dict() if self.audio else None,
             **({"keyframes": self.keyframes} if self.keyframes != DEFAULT_KEYFRAMES else {}),
             **({"run_on": self.run_on} if self.run_on != DEFAULT_RUN_ON else {}),
+            **({"image_fit": self.image_fit} if self.image_fit != DEFAULT_IMAGE_FIT else {}),
         }
 
     @classmethod
@@ -235,6 +263,7 @@ class VideoSpec:
             audio=AudioChoice.from_dict(audio) if audio else None,
             keyframes=data.get("keyframes", DEFAULT_KEYFRAMES),
             run_on=float(data.get("run_on", DEFAULT_RUN_ON)),
+            image_fit=data.get("image_fit", DEFAULT_IMAGE_FIT),
         )
 
     def canonical_json(self) -> str:

@@ -7,7 +7,7 @@ store: they turn (segment, prompt, context frames, seed) into frames.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
@@ -25,6 +25,11 @@ class SegmentSpec:
     first_frame: int  # output frame index of generated frame 0 (time = first_frame / fps)
     context: int  # how many leading frames continue the given context frames
     shot_first: int = 0  # the index of its shot's first segment (factory/plan/shots.py)
+    # A picture its scene brings (RGB uint8 at width x height) and its role: `first-frame`
+    # (given to the shot's first segment: it starts from the picture) or `reference` (given
+    # to every segment of the scene). Families that cannot use a role are refused at submit.
+    image: Any = field(default=None, compare=False, repr=False)
+    image_role: str | None = None
 
     @property
     def starts_shot(self) -> bool:

@@ -6,6 +6,12 @@ written on the picture. Like a real model conditioned on a tail, a segment repro
 context frames (imperfectly: each segment's seed gives it a small colour cast and its own
 grain, which is what the stitcher's alignment has to absorb) and then dissolves from the
 last context frame into its own motion, so scene changes morph instead of cutting.
+
+A scene's picture (SegmentSpec.image) is honoured visibly, as an image-conditioned model
+would: it replaces the gradient as the scene's backdrop (slowly pushed in), the shapes take
+their colours from it (its darkest, middle and brightest thirds) and drift over it; a first
+frame is also the segment's frame 0 as given (only the grain added: the colour cast and the
+caption grow in as the shapes do).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import colorsys
 import hashlib
 import textwrap
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -50,14 +56,26 @@ class ProceduralGenerator:
     ) -> Frames:
         rng = np.random.default_rng(seed)
         look: SceneLook = prompt.data
+        backdrop = None
+        if seg.image is not None:
+            look = replace(look, colors=_palette(seg.image))
+            backdrop = seg.image.astype(np.float32)
         frames = np.empty((seg.frames, seg.height, seg.width, 3), np.float32)
         for j in range(seg.frames):
-            frames[j] = _picture(look, seg.width, seg.height, (seg.first_frame + j) / seg.fps)
+            t = (seg.first_frame + j) / seg.fps
+            frames[j] = _picture(look, seg.width, seg.height, t, backdrop)
+        # How much of its own cast and caption each frame shows: all of it, but from a first
+        # frame, which shows the picture as given and grows into the scene's look.
+        own = np.ones(seg.frames, np.float32)
         if context is not None and len(context):
             _continue_from(frames, context.astype(np.float32), seg.context)
-        frames += rng.uniform(-CAST_LEVELS, CAST_LEVELS, 3).astype(np.float32)
+        elif seg.image is not None and seg.image_role == "first-frame":
+            fade = _continue_from(frames, seg.image[None].astype(np.float32), 1)
+            own = np.clip(np.arange(seg.frames, dtype=np.float32) / (fade + 1), 0, 1)
+        cast = rng.uniform(-CAST_LEVELS, CAST_LEVELS, 3).astype(np.float32)
+        frames += own[:, None, None, None] * cast
         frames += rng.normal(0, GRAIN_LEVELS, frames.shape[1:]).astype(np.float32)
-        _caption(frames, prompt.prompt, seg.index)
+        _caption(frames, prompt.prompt, seg.index, own)
         return np.clip(frames, 0, 255).astype(np.uint8)
 
 
@@ -84,13 +102,40 @@ def _grid(width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
     return (cx + 0.5) / gw, (cy + 0.5) / gh
 
 
-def _picture(look: SceneLook, width: int, height: int, t: float) -> np.ndarray:
-    """One frame: drawn on a coarse grid, then smoothly upscaled (shapes are soft anyway)."""
+def _picture(
+    look: SceneLook, width: int, height: int, t: float, backdrop: np.ndarray | None = None
+) -> np.ndarray:
+    """One frame: drawn on a coarse grid, then smoothly upscaled (shapes are soft anyway);
+    over a picture (the backdrop, pushed in slowly), the shapes are drawn at full size."""
+    if backdrop is not None:
+        return _over_backdrop(look, backdrop, t)
     cx, cy = _grid(width, height)
     angle = look.angle + 0.15 * t
     ramp = np.clip(0.5 + (cx - 0.5) * np.cos(angle) + (cy - 0.5) * np.sin(angle), 0, 1)
     picture = look.colors[0] + ramp[..., None] * (look.colors[1] - look.colors[0])
-    aspect = width / height
+    return _upscaled(_shapes(look, picture, cx, cy, width / height, t), width, height)
+
+
+def _over_backdrop(look: SceneLook, backdrop: np.ndarray, t: float) -> np.ndarray:
+    """The picture pushed in by 1.5 % a second about its centre, shapes drifting over it
+    at half strength (the picture stays what the frame is of)."""
+    height, width = backdrop.shape[:2]
+    zoom = 1.0 + 0.015 * t
+    w, h = width / zoom, height / zoom
+    box = ((width - w) / 2, (height - h) / 2, (width + w) / 2, (height + h) / 2)
+    source = Image.fromarray(np.clip(backdrop, 0, 255).astype(np.uint8))
+    pushed = np.asarray(source.resize((width, height), Image.Resampling.BILINEAR, box=box),
+                        np.float32)  # fmt: skip
+    cx, cy = _grid(width, height)
+    small = np.asarray(Image.fromarray(pushed.astype(np.uint8)).resize(cx.shape[::-1]),
+                       np.float32)  # fmt: skip
+    shaped = _upscaled(_shapes(look, small, cx, cy, width / height, t), width, height)
+    return pushed + 0.5 * (shaped - _upscaled(small, width, height))
+
+
+def _shapes(look: SceneLook, picture: np.ndarray, cx: np.ndarray, cy: np.ndarray,
+            aspect: float, t: float) -> np.ndarray:  # fmt: skip
+    """The scene's soft shapes over `picture` (on the coarse grid) at time t."""
     for x, y, radius, vx, vy, phase, color in look.shapes:
         # Smooth closed paths (Lissajous), so nothing ever jumps from one edge to the other.
         px = x + 0.35 * np.sin(phase + 2.2 * vx * t) + 0.04 * np.sin(phase + 0.7 * t)
@@ -98,12 +143,17 @@ def _picture(look: SceneLook, width: int, height: int, t: float) -> np.ndarray:
         d2 = ((cx - px) * aspect) ** 2 + (cy - py) ** 2
         blob = np.exp(-d2 / (2 * radius * radius))[..., None]
         picture = picture * (1 - blob) + np.minimum(look.colors[int(color)] * 1.1, 255) * blob
+    return picture
+
+
+def _upscaled(picture: np.ndarray, width: int, height: int) -> np.ndarray:
     small = Image.fromarray(np.clip(picture, 0, 255).astype(np.uint8))
     return np.asarray(small.resize((width, height), Image.Resampling.BILINEAR), np.float32)
 
 
-def _continue_from(frames: np.ndarray, context: np.ndarray, overlap: int) -> None:
-    """Reproduce the context over the overlap, then dissolve from its last frame."""
+def _continue_from(frames: np.ndarray, context: np.ndarray, overlap: int) -> int:
+    """Reproduce the context over the overlap, then dissolve from its last frame; gives the
+    dissolve's length in frames."""
     overlap = min(overlap, len(context), len(frames))
     frames[:overlap] = context[-overlap:] if overlap else frames[:overlap]
     last = context[-1]
@@ -111,9 +161,19 @@ def _continue_from(frames: np.ndarray, context: np.ndarray, overlap: int) -> Non
     for j in range(overlap, min(len(frames), overlap + fade)):
         w = 1.0 - (j - overlap + 1) / (fade + 1)
         frames[j] = w * last + (1 - w) * frames[j]
+    return fade
 
 
-def _caption(frames: np.ndarray, text: str, segment: int) -> None:
+def _palette(picture: np.ndarray) -> np.ndarray:
+    """Three colours of a picture: the mean of its darkest, middle and brightest thirds."""
+    pixels = picture.reshape(-1, 3).astype(np.float32)
+    luma = pixels @ np.array([0.299, 0.587, 0.114], np.float32)
+    order = np.argsort(luma, kind="stable")
+    return np.stack([pixels[part].mean(axis=0) for part in np.array_split(order, 3)])
+
+
+def _caption(frames: np.ndarray, text: str, segment: int, shown: np.ndarray) -> None:
+    """The prompt written on each frame, as much as `shown` (0..1 per frame) says."""
     height, width = frames.shape[1:3]
     mask = _caption_mask(text, segment, width, height)
     if mask is None:
@@ -121,8 +181,9 @@ def _caption(frames: np.ndarray, text: str, segment: int) -> None:
     top, alpha = mask
     rows = slice(top, top + alpha.shape[0])
     region = frames[:, rows, :, :]
-    region *= 1 - alpha[None, :, :, None] * 0.85
-    region += alpha[None, :, :, None] * 0.85 * 250
+    weight = shown[:, None, None, None] * alpha[None, :, :, None] * 0.85
+    region *= 1 - weight
+    region += weight * 250
 
 
 @lru_cache(maxsize=32)

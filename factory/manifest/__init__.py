@@ -36,8 +36,10 @@ from factory.plan.segments import scene_start_frames
 from factory.spec import (
     CONTINUE,
     CUT,
+    DEFAULT_IMAGE_FIT,
     DEFAULT_KEYFRAMES,
     DEFAULT_RUN_ON,
+    IMAGE_FAMILIES,
     LOUDNESS_PROFILES,
     TRANSITION_SECONDS,
     TRANSITIONS,
@@ -46,6 +48,7 @@ from factory.spec import (
     Loudness,
     ModelChoice,
     Scene,
+    SceneImage,
     SoundCue,
     VideoSpec,
     derived_seed,
@@ -213,8 +216,9 @@ def _resolve(
         audio=audio,
         keyframes=values["keyframes"] or DEFAULT_KEYFRAMES,
         run_on=float(values["run_on"]),
+        image_fit=values["image_fit"],
     )
-    if not _check_shots(spec, here, problems):
+    if not _check_shots(spec, here, problems) or not _check_images(spec, here, problems):
         return None
     if not entry.id:
         content = {k: v for k, v in spec.to_dict().items() if k not in ("batch", "video_id")}
@@ -341,7 +345,13 @@ def _scenes(
     if len(problems) > found:
         return None
     return tuple(
-        Scene(float(s.start), float(end), s.prompt, *join)
+        Scene(
+            float(s.start),
+            float(end),
+            s.prompt,
+            *join,
+            image=SceneImage(s.image.asset, s.image.role) if s.image else None,
+        )
         for s, end, join in zip(scenes, ends, joins, strict=True)
     )
 
@@ -436,6 +446,26 @@ def _check_shots(spec: VideoSpec, here: str, problems: list[FieldProblem]) -> bo
     return len(problems) == found
 
 
+def _check_images(spec: VideoSpec, here: str, problems: list[FieldProblem]) -> bool:
+    """A scene's picture suits its place and the video's family: a first frame starts a shot
+    (the first scene, or one that cuts or blends in), and the family can use the kind."""
+    found = len(problems)
+    for k, scene in enumerate(spec.scenes):
+        if scene.image is None:
+            continue
+        where = f"{here}.scenes[{k}].image.as"
+        able = IMAGE_FAMILIES[scene.image.role]
+        if spec.model.family not in able:
+            problems.append(FieldProblem(where, (
+                f"{spec.model.family} cannot use a {scene.image.role} picture; families "
+                f"that can: {', '.join(able)}")))  # fmt: skip
+        elif scene.image.role == "first-frame" and k and scene.join == CONTINUE:
+            problems.append(FieldProblem(where, (
+                "a first frame starts a shot, and this scene continues the one before: give "
+                "it join: cut (or a transition), or use the picture as: reference")))  # fmt: skip
+    return len(problems) == found
+
+
 def _check_unique_ids(videos: list[VideoSpec | None], problems: list[FieldProblem]) -> None:
     first_index: dict[str, int] = {}
     for index, video in enumerate(videos):
@@ -502,7 +532,9 @@ def revalidated_spec(data: Any, job_id: str | None = None) -> VideoSpec:
         raise StoredSpecError(f"{where}: the stored spec is malformed ({exc!r:.200})") from None
     problems: list[FieldProblem] = []
     cues = spec.audio.cues if spec.audio else ()
+    pictures = [(k, s.image.asset) for k, s in enumerate(spec.scenes) if s.image is not None]
     for name, asset in (("audio.asset", spec.audio.asset if spec.audio else None),
+                        *((f"scenes[{k}].image.asset", a) for k, a in pictures),
                         *((f"audio.cues[{k}].asset", c.asset) for k, c in enumerate(cues)),
                         *(("lora.asset", lora.asset) for lora in spec.model.loras)):  # fmt: skip
         if asset is not None and is_local_path(asset):
@@ -545,6 +577,7 @@ def _entry_of(spec: VideoSpec) -> dict[str, Any]:
         "scenes": [s.to_dict() for s in spec.scenes],
         **({"keyframes": spec.keyframes} if spec.keyframes != DEFAULT_KEYFRAMES else {}),
         **({"run_on": spec.run_on} if spec.run_on != DEFAULT_RUN_ON else {}),
+        **({"image_fit": spec.image_fit} if spec.image_fit != DEFAULT_IMAGE_FIT else {}),
     }
 
 

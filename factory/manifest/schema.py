@@ -18,9 +18,12 @@ from pydantic import (
 )
 
 from factory.spec import (
+    DEFAULT_IMAGE_FIT,
     DEFAULT_KEYFRAMES,
     DEFAULT_RUN_ON,
     DIFFUSERS_FAMILIES,
+    IMAGE_FITS,
+    IMAGE_ROLES,
     KEYFRAME_LAYOUTS,
     LOUDNESS_PROFILES,
     MODEL_FAMILIES,
@@ -225,6 +228,16 @@ class AudioSettings(_Strict):
         return self
 
 
+class ImageSettings(_Strict):
+    asset: str = Field(min_length=1, max_length=1024)
+    role: Literal[IMAGE_ROLES] = Field(default="first-frame", alias="as")  # type: ignore[valid-type]
+
+    @field_validator("asset")
+    @classmethod
+    def _reference(cls, value: str) -> str:
+        return _asset_reference(value)
+
+
 class SceneSettings(_Strict):
     start: Seconds
     end: Seconds | None = None
@@ -232,6 +245,7 @@ class SceneSettings(_Strict):
     # continue | cut | {transition: NAME, seconds: S}: read by the manifest's _join, which
     # names the exact field and the valid choices in its messages
     join: Any = "continue"
+    image: ImageSettings | None = None  # a first frame or a reference picture
 
 
 class VideoSettings(_Strict):
@@ -249,6 +263,8 @@ class VideoSettings(_Strict):
     keyframes: Literal[KEYFRAME_LAYOUTS] | None = None  # type: ignore[valid-type]
     # seconds a shot runs on past a cut or transition, at least (docs/manifest.md, "Shots")
     run_on: float | None = Field(default=None, ge=0, le=TRANSITION_SECONDS[1], allow_inf_nan=False)
+    # how a scene's picture meets the frame size: pad (fit, black bars) or crop (cover)
+    image_fit: Literal[IMAGE_FITS] | None = None  # type: ignore[valid-type]
 
     @field_validator("audio", mode="before")
     @classmethod
@@ -287,4 +303,5 @@ BUILTIN_DEFAULTS: dict[str, Any] = {
     "audio": None,
     "keyframes": DEFAULT_KEYFRAMES,
     "run_on": DEFAULT_RUN_ON,
+    "image_fit": DEFAULT_IMAGE_FIT,
 }

@@ -1,11 +1,13 @@
 """Before anything is written or any GPU second is spent: every file a manifest refers to is
 checked, and files named beside the manifest are put into the store.
 
-- An asset (audio bed, sound cue, LoRA) named by a path in the manifest's folder (`./beds/calm.ogg`;
-  never outside it, links included) is hashed and becomes the store key
+- An asset (audio bed, sound cue, a scene's picture, LoRA) named by a path in the
+  manifest's folder (`./beds/calm.ogg`; never outside it, links included) is hashed and
+  becomes the store key
   `assets/sha256/<hex>.<ext>`: the job's spec names the content, the file is uploaded once,
   and a changed file is a different job. A bed or a cue must decode as audio, within
-  factory/media/sound.py's limits (length, size).
+  factory/media/sound.py's limits (length, size); a picture as PNG, JPEG or WebP within
+  factory/media/images.py's (size, pixels: no decompression bomb).
 - A store key, an `s3://` URL or a `file://` URL must exist now; a store that cannot be
   reached is an error of its own (exit 1), never a silent pass.
 - An asset or model directory outside what the operator allows (FACTORY_ASSET_ROOTS,
@@ -33,6 +35,7 @@ from factory.errors import BadInput, FactoryError, FieldProblem, ManifestError, 
 from factory.generate.families import FAMILIES
 from factory.infra.confinement import Confinement
 from factory.manifest import Manifest, is_local_path
+from factory.media.images import image_problem
 from factory.media.sound import check_sound_file
 from factory.spec import LoraChoice, VideoSpec
 from factory.store.base import Store
@@ -56,6 +59,7 @@ class _Reference:
     field: str  # manifest path, e.g. videos[3].audio.asset
     value: str
     sound: bool = False  # a bed or a cue: a file beside the manifest must decode as audio
+    picture: bool = False  # a scene's image: it must decode as a picture within limits
 
 
 def check(
@@ -134,6 +138,10 @@ def _references(manifest: Manifest) -> list[_Reference]:
             found.append(_Reference(f"{here}.asset", audio.asset, sound=True))
         for number, cue in enumerate(audio.cues if audio else ()):
             found.append(_Reference(f"{here}.cues[{number}].asset", cue.asset, sound=True))
+        for number, scene in enumerate(video.scenes):
+            if scene.image is not None:
+                where = f"{manifest.field(index, 'scenes')}[{number}].image.asset"
+                found.append(_Reference(where, scene.image.asset, picture=True))
         for number, lora in enumerate(video.model.loras):
             where = f"{manifest.field(index, 'model')}.lora[{number}].asset"
             found.append(_Reference(where, lora.asset))
@@ -166,7 +174,9 @@ def _local_file(base: Path, reference: _Reference, problems: list[FieldProblem])
     except OSError as exc:
         problems.append(FieldProblem(reference.field, f"{path} cannot be read: {exc.strerror}"))
         return None
-    if reference.sound and (problem := check_sound_file(path)):
+    problem = (check_sound_file(path) if reference.sound else
+               image_problem(path) if reference.picture else None)  # fmt: skip
+    if problem:
         problems.append(FieldProblem(reference.field, f"{reference.value} {problem}"))
         return None
     return path
@@ -316,7 +326,13 @@ def _with_keys(video: VideoSpec, keys: dict[str, str]) -> VideoSpec:
         LoraChoice(keys.get(lora.asset, lora.asset), lora.scale) for lora in video.model.loras
     )
     model = replace(video.model, loras=loras)
-    return replace(video, audio=audio, model=model)
+    scenes = tuple(
+        replace(scene, image=replace(scene.image, asset=keys.get(scene.image.asset,
+                                                                 scene.image.asset)))
+        if scene.image is not None else scene
+        for scene in video.scenes
+    )  # fmt: skip
+    return replace(video, audio=audio, model=model, scenes=scenes)
 
 
 def _first_per_field(problems: list[FieldProblem]) -> list[FieldProblem]:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from factory.config import Settings
 from factory.db.session import Database
 from factory.db.state import JobStateMachine
@@ -15,12 +17,15 @@ from factory.errors import PermanentError
 from factory.generate import Generator, MemoryPolicy, PromptEmbedding, make_generator
 from factory.infra.confinement import Confinement
 from factory.job import Job
+from factory.media.images import ImageProblem, load_image
 from factory.pipeline.prompts import EnsureResult, PromptService, open_embedding_cache
 from factory.qc.thresholds import QcThresholds
 from factory.spec import DIFFUSERS_FAMILIES, ModelChoice, VideoSpec
 from factory.store import open_store
 from factory.store.assets import AssetCache, open_asset_cache
 from factory.store.base import Store
+
+PICTURES_KEPT = 16  # decoded scene pictures a worker keeps
 
 
 @dataclass
@@ -44,6 +49,7 @@ class StageContext:
     _prompts: dict[tuple[ModelChoice, str, str], PromptEmbedding] = field(default_factory=dict)
     _fresh: dict[tuple[ModelChoice, str, str], bytes] = field(default_factory=dict)
     _ensured: set[tuple[ModelChoice, str, str]] = field(default_factory=set)
+    _pictures: dict[tuple[str, int, int, str], Any] = field(default_factory=dict)
 
     @classmethod
     def from_settings(
@@ -84,6 +90,20 @@ class StageContext:
         if hasattr(generator, "use_loras"):
             generator.use_loras([(lora.asset, lora.scale) for lora in model.loras], self._asset)
         return generator
+
+    def picture(self, reference: str, width: int, height: int, fit: str) -> np.ndarray:
+        """A scene's picture at the frame size (factory/media/images.py), decoded once per
+        worker: every segment of a scene with a reference picture asks for it."""
+        key = (reference, width, height, fit)
+        if key not in self._pictures:
+            with self._asset(reference) as path:
+                try:
+                    self._pictures[key] = load_image(path, width, height, fit)
+                except ImageProblem as exc:
+                    raise PermanentError(f"{reference} {exc}") from None
+            while len(self._pictures) > PICTURES_KEPT:
+                self._pictures.pop(next(iter(self._pictures)))
+        return self._pictures[key]
 
     def _asset(self, reference: str) -> AbstractContextManager[Path]:
         if self.assets is None:

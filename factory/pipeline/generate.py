@@ -30,7 +30,7 @@ from factory.pipeline.segment_files import (
 )
 from factory.plan.redo import given
 from factory.plan.segments import SegmentPlan
-from factory.plan.video import next_segment, scene_change_at, video_plan
+from factory.plan.video import next_segment, picture_for, scene_change_at, video_plan
 from factory.qc.seams import WINDOW, colour_record, score_seam
 from factory.spec import VideoSpec
 from factory.stages import Stage
@@ -265,9 +265,13 @@ def _made(
     text = given(op.prompts, plan.index) or scene.prompt
     prompt = ctx.prompt(video.model, text, video.negative_prompt)
     anchor = job.progress.get("anchor") if op.own_anchor else op.anchor
+    picture = picture_for(video, plan)
     spec = SegmentSpec(
         plan.index, plan.frames, video.width, video.height, video.fps, plan.first_frame,
         plan.context, plan.shot_first,
+        image=ctx.picture(picture.asset, video.width, video.height, video.image_fit)
+        if picture else None,
+        image_role=picture.role if picture else None,
     )  # fmt: skip
     regeneration = 0
     while True:

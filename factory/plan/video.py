@@ -5,13 +5,14 @@ database."""
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 from typing import Any
 
 from factory.job import Job
 from factory.plan.redo import given
 from factory.plan.segments import SegmentPlan, scene_start_frames
 from factory.plan.shots import Join, ShotPlan, plan_shots
-from factory.spec import VideoSpec, run_ons, transition_frames
+from factory.spec import IMAGE_FAMILIES, SceneImage, VideoSpec, run_ons, transition_frames
 
 
 def video_plan(video: VideoSpec) -> list[SegmentPlan]:
@@ -99,3 +100,17 @@ def shown_seams(plans: list[SegmentPlan]) -> set[int]:
 def joins(plans: list[SegmentPlan]) -> list[int]:
     """The segments that start a shot after the first: where a cut or a transition is."""
     return [p.index for p in plans if p.index and p.starts_shot]
+
+
+def picture_for(video: VideoSpec, plan: SegmentPlan) -> SceneImage | None:
+    """The picture a segment is given (factory/generate/base.py, SegmentSpec.image), with
+    the role it plays there: its scene's reference picture; its scene's first frame where
+    the segment starts the shot; for the scene's later segments, that first frame as their
+    reference where the family can use one (what keeps a product recognisable after the
+    first segment), else nothing (they continue from the segment before)."""
+    image = video.scenes[plan.scene].image
+    if image is None or image.role == "reference" or plan.starts_shot:
+        return image
+    if video.model.family in IMAGE_FAMILIES["reference"]:
+        return replace(image, role="reference")
+    return None

@@ -229,6 +229,23 @@ def test_cues_and_loudness_reach_the_spec_and_leave_old_hashes_alone():
     assert (own.audio.loudness.integrated, own.audio.loudness.true_peak) == (-16.0, -1.0)
 
 
+def test_scene_pictures_reach_the_spec_and_leave_old_hashes_alone():
+    head = "batch: b\nvideos:\n  - id: a\n    duration: 8\n%s    scenes:\n"
+    plain = parse_manifest(head % "" + "      - {start: 0, prompt: ok}\n").videos[0]
+    assert "image" not in plain.to_dict()["scenes"][0] and "image_fit" not in plain.to_dict()
+    shown = parse_manifest(head % "    image_fit: crop\n" + (
+        "      - {start: 0, prompt: ok, image: {asset: pics/hero.png}}\n"
+        "      - {start: 4, prompt: later, image: {asset: pics/look.jpg, as: reference}}\n"
+    )).videos[0]  # fmt: skip
+    assert [(s.image.asset, s.image.role) for s in shown.scenes] == [
+        ("pics/hero.png", "first-frame"), ("pics/look.jpg", "reference")
+    ]  # fmt: skip
+    assert shown.image_fit == "crop" and shown.assets == ("pics/hero.png", "pics/look.jpg")
+    assert VideoSpec.from_dict(shown.to_dict()) == shown
+    assert revalidated_spec(shown.to_dict()) == shown
+    assert shown.sha256() != plain.sha256()
+
+
 def family_manifest(family: str, segment: str = "") -> str:
     return (
         f"batch: b\nvideos:\n  - id: a\n    prompt: ok\n    duration: 20\n{segment}"
