@@ -14,10 +14,13 @@ import json
 import shutil
 from pathlib import Path
 
+import av
 import pytest
 import yaml
 
+from factory.media.images import load_image
 from tests.conftest import REPO, embedded_env, run_cli
+from tests.integration.test_shots import psnr_y
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 
@@ -30,9 +33,10 @@ def test_every_example_validates_as_it_is(tmp_path: Path, manifest: Path):
     videos = yaml.safe_load(manifest.read_text())["videos"]
     jobs = json.loads(shown.stdout)
     assert [j["video_id"] for j in jobs] == [v["id"] for v in videos]
-    for job in jobs:  # beds and cues beside the manifest are named by their content
+    for job in jobs:  # beds, cues and pictures beside the manifest: named by their content
         audio = job["audio"] or {}
-        named = [audio.get("asset"), *(cue["asset"] for cue in audio.get("cues", []))]
+        named = [audio.get("asset"), *(cue["asset"] for cue in audio.get("cues", [])),
+                 *(s["image"]["asset"] for s in job["scenes"] if "image" in s)]  # fmt: skip
         assert all(a.startswith("assets/sha256/") for a in named if a is not None), audio
     assert not (tmp_path / "home" / "store").exists() or not any(
         (tmp_path / "home" / "store").rglob("*.ogg")
@@ -65,8 +69,9 @@ def test_a_nightly_video_is_delivered_as_the_example_defines_it(tmp_path: Path):
 
 
 def test_the_production_example_delivers_its_sound_as_defined(tmp_path: Path):
-    """examples/production.yaml as it is: cues over a bed and over silence, each video
-    brought to its delivery profile's loudness in every rendition."""
+    """examples/production.yaml as it is: a first frame and a reference picture, cues over a
+    bed and over silence, each video brought to its delivery profile's loudness in every
+    rendition."""
     env = embedded_env(tmp_path / "home")
     done = run_cli("run", str(REPO / "examples" / "production.yaml"), env=env, timeout=1200)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -79,3 +84,9 @@ def test_the_production_example_delivers_its_sound_as_defined(tmp_path: Path):
             loudness = entry["loudness"]
             assert loudness["target"] == target, (video, rendition)
             assert abs(loudness["integrated"] - target) <= 1 and loudness["true_peak"] <= -1
+    # brand-sting starts from the product still, as delivered
+    product = load_image(REPO / "examples/assets/product.png", 320, 192, "pad")
+    master = tmp_path / "home/store/production/brand-sting/out/master.mp4"
+    with av.open(str(master)) as container:
+        first = next(container.decode(video=0)).to_ndarray(format="rgb24")
+    assert psnr_y(first, product) >= 35
