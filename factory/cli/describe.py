@@ -9,6 +9,7 @@ from typing import Any
 from factory.job import Job
 from factory.ops import JobView
 from factory.ops.retention import gc_note
+from factory.ops.views import material_rows
 from factory.stages import Action, Stage
 
 
@@ -35,6 +36,7 @@ def status_lines(view: JobView) -> list[tuple[str, str]]:
         ("heartbeat", ago(job.heartbeat_at) if job.heartbeat_at else "none yet"),
         ("updated", ago(job.updated_at)),
     ]
+    lines += material_rows(video)
     timings = [
         f"{stage} {t['seconds']:.1f} s"
         for stage, t in p.get("timings", {}).items()

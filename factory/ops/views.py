@@ -182,3 +182,27 @@ def shot_rows(video: VideoSpec) -> list[dict[str, Any]]:
             "segments": [shot.segments[0].index, shot.segments[-1].index],
         })  # fmt: skip
     return rows
+
+
+def material_rows(video: VideoSpec) -> list[tuple[str, str]]:
+    """The material a video brings, for people (`factory status`, the console's video page):
+    each scene's picture, the bed, the cues and the loudness target, by their store keys."""
+    rows = [
+        ("picture", f"scene {k} {scene.image.role}: {scene.image.asset}")
+        for k, scene in enumerate(video.scenes)
+        if scene.image is not None
+    ]
+    audio = video.audio
+    if audio is None:
+        return rows
+    if audio.asset is not None:
+        rows.append(("bed", f"{audio.asset} ({audio.gain_db:+g} dB, "
+                            f"{'looped' if audio.loop else 'once'})"))  # fmt: skip
+    for cue in audio.cues:
+        rows.append(("cue", f"at {cue.at:g} s: {cue.asset} ({cue.gain_db:+g} dB)"))
+    if audio.loudness is not None:
+        target = audio.loudness
+        named = f" ({target.profile})" if target.profile else ""
+        rows.append(("loudness", f"{target.integrated:g} LUFS, true peak at most "
+                                 f"{target.true_peak:g} dBTP{named}"))  # fmt: skip
+    return rows

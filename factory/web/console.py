@@ -17,6 +17,7 @@ from factory.access import Access
 from factory.errors import BadInput, FactoryError, NoSuchJob
 from factory.ops import Operations
 from factory.ops.forecast import parse_window
+from factory.ops.views import material_rows
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.web.auth import (
     SESSION_COOKIE,
@@ -182,7 +183,7 @@ def _job_page(request: Request, found: Caller, job_id: str, *, status: int = 200
              for s in view.seams]  # fmt: skip
     return _page(
         request, "job.html", found, status=status, job=job, video=video, view=view,
-        players=players, pictures=pictures, seams=seams,
+        players=players, pictures=pictures, seams=seams, material=material_rows(video),
         worst=view.worst_seams(ops.settings.qc), events=events[-200:],
         requeue_targets=[s.value for s in REQUEUE_TARGETS], notice=notice, error=error,
         can_act=found.principal.can("operator"), Stage=Stage,
