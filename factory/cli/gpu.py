@@ -43,12 +43,14 @@ def preload(
         False, "--all", help="Warm every asset here, not only this node's share of the ring."
     ),
 ) -> None:
-    """Warm a batch before it starts: the assets it references (audio beds) into this node's
-    asset cache, this node's share by consistent hashing over FACTORY_NODES, and the prompt
+    """Warm a batch before it starts: the assets it references (scene pictures and LoRAs
+    first, then sound cues, then beds, the most used first) into this node's asset cache,
+    this node's share by consistent hashing over FACTORY_NODES, and the prompt
     embeddings into the shared cache, so GPU workers load only the transformer and the VAE.
     Run it on every node (scripts/nightly.sh does, before submitting)."""
     from factory.manifest import load_manifest
     from factory.ops import check_manifest, preflight
+    from factory.ops.views import preload_order
     from factory.store import open_store
 
     settings = common.settings()
@@ -59,7 +61,9 @@ def preload(
     factory = Factory.open(settings)
     store = open_store(settings.store_url, settings.s3)
     preflight.upload(checked, store)
-    references = list(dict.fromkeys(a for video in parsed.videos for a in video.assets))
+    ordered = preload_order(parsed.videos)  # what generation reads first (ops/views.py)
+    references = [reference for reference, _ in ordered]
+    kinds = dict(ordered)
     columns = (
         TextColumn("{task.description}"),
         BarColumn(),
@@ -69,6 +73,8 @@ def preload(
     report: dict[str, Any] = {"node": settings.node_name, "nodes": list(settings.nodes)}
     with Progress(*columns, console=err, disable=as_json or not err.is_terminal) as bar:
         report["assets"] = _warm_assets(settings, store, references, all_assets, bar)
+        for item in report["assets"]["items"]:
+            item["kind"] = kinds[item["asset"]]
         report["embeddings"] = _warm_embeddings(factory, parsed, bar)
     if as_json:
         sys.stdout.write(json.dumps(report, indent=2) + "\n")

@@ -4,6 +4,7 @@ CLI's tables and `--json`, the API's documents, the console's pages), one shape 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -206,3 +207,36 @@ def material_rows(video: VideoSpec) -> list[tuple[str, str]]:
         rows.append(("loudness", f"{target.integrated:g} LUFS, true peak at most "
                                  f"{target.true_peak:g} dBTP{named}"))  # fmt: skip
     return rows
+
+
+# What a GPU node warms first (`factory preload`): the source design's order, camera moves
+# first, then transitions and localised sound, then user sound by how often batches use
+# it. Here: what generation reads (scene pictures, LoRA adapters), then the cues (localised
+# sound), then the beds, the ones more videos use first.
+PRELOAD_TIERS = ("picture", "lora", "cue", "bed")
+
+
+def preload_order(videos: Sequence[VideoSpec]) -> list[tuple[str, str]]:
+    """Every asset the videos reference, once, as (reference, kind), in the order a node
+    warms them: by PRELOAD_TIERS, beds by how many of the videos use them (most first),
+    ties in the order the manifest gives them."""
+    tier: dict[str, int] = {}
+    first: dict[str, int] = {}
+    uses: dict[str, int] = {}
+    for video in videos:
+        kinds = [*((s.image.asset, "picture") for s in video.scenes if s.image is not None),
+                 *((lora.asset, "lora") for lora in video.model.loras)]  # fmt: skip
+        if video.audio is not None:
+            kinds += [(cue.asset, "cue") for cue in video.audio.cues]
+            kinds += [(video.audio.asset, "bed")] if video.audio.asset else []
+        for reference, kind in dict.fromkeys(kinds):
+            uses[reference] = uses.get(reference, 0) + 1
+            tier[reference] = min(tier.get(reference, len(PRELOAD_TIERS)),
+                                  PRELOAD_TIERS.index(kind))  # fmt: skip
+            first.setdefault(reference, len(first))
+
+    def order(reference: str) -> tuple[int, int, int]:
+        by_use = -uses[reference] if PRELOAD_TIERS[tier[reference]] == "bed" else 0
+        return tier[reference], by_use, first[reference]
+
+    return [(reference, PRELOAD_TIERS[tier[reference]]) for reference in sorted(first, key=order)]

@@ -90,3 +90,17 @@ def test_the_production_example_delivers_its_sound_as_defined(tmp_path: Path):
     with av.open(str(master)) as container:
         first = next(container.decode(video=0)).to_ndarray(format="rgb24")
     assert psnr_y(first, product) >= 35
+
+
+def test_preload_warms_the_production_material_by_priority(tmp_path: Path):
+    """`factory preload` on examples/production.yaml: its picture first, then its sound cues,
+    then its bed, each fetched into this node's cache once."""
+    env = embedded_env(tmp_path / "home")
+    manifest = str(REPO / "examples" / "production.yaml")
+    done = run_cli("preload", manifest, "--all", "--json", env=env)
+    assert done.returncode == 0, done.stderr
+    items = json.loads(done.stdout)["assets"]["items"]
+    assert [i["kind"] for i in items] == ["picture", "cue", "cue", "bed"]
+    assert {i["outcome"] for i in items} == {"fetched"}
+    again = json.loads(run_cli("preload", manifest, "--all", "--json", env=env).stdout)
+    assert {i["outcome"] for i in again["assets"]["items"]} == {"hit"}
