@@ -49,7 +49,10 @@ DEFAULT_RUN_ON = 1.0
 
 IMAGE_ROLES = ("first-frame", "reference")
 # The families that can use each kind of picture (docs/manifest.md, "Images").
-IMAGE_FAMILIES = {"first-frame": ("procedural",), "reference": ("procedural",)}
+IMAGE_FAMILIES = {
+    "first-frame": ("procedural", "skyreels-v2-df", "wan", "ltx-video"),
+    "reference": ("procedural", "wan"),
+}
 IMAGE_FITS = ("pad", "crop")
 DEFAULT_IMAGE_FIT = "pad"
 

@@ -332,16 +332,43 @@ def _pictures(frames: Frames) -> list[Any]:
     return [Image.fromarray(frame) for frame in frames]
 
 
+def _first_frame(seg: SegmentSpec) -> Any | None:
+    """The picture a shot starts from (SegmentSpec.image), as PIL, for a segment that starts
+    from nothing; None otherwise."""
+    if seg.image is None or seg.image_role != "first-frame":
+        return None
+    from PIL import Image
+
+    return Image.fromarray(seg.image)
+
+
+def _reference(seg: SegmentSpec) -> list[Any] | None:
+    """The scene's reference picture as the list VACE takes; None without one."""
+    if seg.image is None or seg.image_role != "reference":
+        return None
+    from PIL import Image
+
+    return [Image.fromarray(seg.image)]
+
+
 class SkyReelsDiffusionForcing(DiffusersGenerator):
     def _after_load(self, pipe: Any) -> None:
-        from diffusers import SkyReelsV2DiffusionForcingVideoToVideoPipeline
+        from diffusers import (
+            SkyReelsV2DiffusionForcingImageToVideoPipeline,
+            SkyReelsV2DiffusionForcingVideoToVideoPipeline,
+        )
 
         self.extend_pipe = SkyReelsV2DiffusionForcingVideoToVideoPipeline(**pipe.components)
         self.extend_pipe.set_progress_bar_config(disable=True)
+        # A shot that starts from a picture: the same weights, image-to-video.
+        self.image_pipe = SkyReelsV2DiffusionForcingImageToVideoPipeline(**pipe.components)
+        self.image_pipe.set_progress_bar_config(disable=True)
 
     def _run(self, seg, count, embeds, context, generator):  # type: ignore[no-untyped-def]
         common = self._common(seg, count, embeds, generator)
         common.update(base_num_frames=count, addnoise_condition=ADDNOISE_CONDITION)
+        if context is None and (picture := _first_frame(seg)) is not None:
+            return self.image_pipe(image=picture, **common).frames[0]
         if context is None:
             return self.pipe(**common).frames[0]
         overlap = seg.context
@@ -356,14 +383,20 @@ class WanVace(DiffusersGenerator):
         from PIL import Image
 
         common = self._common(seg, count, embeds, generator)
-        if context is None:
+        if (references := _reference(seg)) is not None:
+            common["reference_images"] = references  # the scene's picture, every segment
+        picture = _first_frame(seg) if context is None else None
+        if context is None and picture is None:
             return self.pipe(**common).frames[0]
-        overlap = seg.context
+        kept = [picture] if picture is not None else _pictures(context[-seg.context :])
         size = (seg.width, seg.height)
         fill = Image.new("RGB", size, (round(255 * VACE_FILL),) * 3)
-        video = _pictures(context[-overlap:]) + [fill] * (count - overlap)
-        # Black keeps a frame (the tail), white asks VACE to generate it.
-        mask = [Image.new("L", size, 0)] * overlap + [Image.new("L", size, 255)] * (count - overlap)
+        video = kept + [fill] * (count - len(kept))
+        # Black keeps a frame (the tail, or the shot's first picture), white asks VACE to
+        # generate it.
+        mask = [Image.new("L", size, 0)] * len(kept) + [Image.new("L", size, 255)] * (
+            count - len(kept)
+        )
         return self.pipe(video=video, mask=mask, **common).frames[0]
 
 
@@ -376,6 +409,9 @@ class LtxCondition(DiffusersGenerator):
 
         common = self._common(seg, count, embeds, generator)
         common.update(frame_rate=seg.fps, max_sequence_length=self.family.max_sequence_length)
+        if context is None and (picture := _first_frame(seg)) is not None:
+            start = LTXVideoCondition(image=picture, frame_index=0, strength=1.0)
+            return self.pipe(conditions=[start], **common).frames[0]
         if context is None:
             return self.pipe(**common).frames[0]
         condition = LTXVideoCondition(

@@ -42,7 +42,9 @@ def pictures(folder: Path) -> None:
 def manifest(folder: Path, family: str = "procedural", first_join: str = "cut") -> Path:
     path = folder / "m.yaml"
     model = "procedural" if family == "procedural" else f"{{family: {family}, path: /models/x}}"
-    segment = "{frames: 24, overlap: 4}" if family == "procedural" else "{frames: 21, overlap: 5}"
+    segment = {"procedural": "{frames: 24, overlap: 4}", "ltx-video": "{frames: 25, overlap: 9}",
+               "helios": "{frames: 41, overlap: 5}"}  # fmt: skip
+    segment = segment.get(family, "{frames: 21, overlap: 5}")
     path.write_text(
         "batch: pics\nvideos:\n  - id: v\n    duration: 6\n    fps: 12\n"
         f"    resolution: {WIDTH}x{HEIGHT}\n    segment: {segment}\n"
@@ -87,10 +89,17 @@ def test_a_first_frame_and_a_reference_picture_are_honoured(tmp_path: Path):
     ("family", "first_join", "field", "said"),
     [
         (
-            "wan",
+            "ltx-video",
+            "cut",
+            "videos[0].scenes[1].image.as",
+            "ltx-video cannot use a reference picture; families that can: procedural, wan",
+        ),
+        (
+            "helios",
             "cut",
             "videos[0].scenes[0].image.as",
-            "wan cannot use a first-frame picture; families that can: procedural",
+            "helios cannot use a first-frame picture; families that can: procedural, "
+            "skyreels-v2-df, wan, ltx-video",
         ),
         ("procedural", "continue", None, None),  # a reference picture may continue a shot
     ],
