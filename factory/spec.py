@@ -69,6 +69,24 @@ class SceneImage:
         return {"asset": self.asset, "as": self.role}
 
 
+CAMERA_FITS = ("stretch", "loop")
+# The families that can follow a camera-move template (docs/manifest.md, "Camera moves").
+CAMERA_FAMILIES = ("procedural", "wan")
+
+
+@dataclass(frozen=True)
+class CameraMove:
+    """A camera-move template a scene follows: a short video of the move (or of its depth
+    or flow rendering), `strength` 0..1, `stretch`ed over the scene or `loop`ed."""
+
+    asset: str  # store URL (file://, s3://) or a key in the factory's store
+    strength: float = 1.0
+    fit: str = "stretch"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"asset": self.asset, "strength": self.strength, "fit": self.fit}
+
+
 @dataclass(frozen=True)
 class Scene:
     start: float  # seconds
@@ -83,6 +101,7 @@ class Scene:
     # None: the larger of the transition and the video's `run_on` (run_on_frames).
     made_run_on: int | None = None
     image: SceneImage | None = None  # a first frame or a reference picture
+    camera: CameraMove | None = None  # a camera move it follows
 
     def to_dict(self) -> dict[str, Any]:
         """As the spec stores it: `join` only where it is not `continue`, `image` only where
@@ -94,6 +113,8 @@ class Scene:
             data["join"] = self.join
         if self.image is not None:
             data["image"] = self.image.to_dict()
+        if self.camera is not None:
+            data["camera"] = self.camera.to_dict()
         return data
 
     @classmethod
@@ -101,10 +122,13 @@ class Scene:
         join = data.get("join", CONTINUE)
         found = data.get("image")
         image = SceneImage(found["asset"], found.get("as", "first-frame")) if found else None
+        moved = data.get("camera")
+        camera = (CameraMove(moved["asset"], float(moved.get("strength", 1.0)),
+                             moved.get("fit", "stretch")) if moved else None)  # fmt: skip
         if isinstance(join, dict):
             return cls(data["start"], data["end"], data["prompt"], join["transition"],
-                       float(join["seconds"]), image=image)  # fmt: skip
-        return cls(data["start"], data["end"], data["prompt"], join, image=image)
+                       float(join["seconds"]), image=image, camera=camera)  # fmt: skip
+        return cls(data["start"], data["end"], data["prompt"], join, image=image, camera=camera)
 
 
 @dataclass(frozen=True)
@@ -216,7 +240,10 @@ class VideoSpec:
     def assets(self) -> tuple[str, ...]:
         """Files the job reads from the store besides its own work: the asset cache warms them."""
         loras = tuple(lora.asset for lora in self.model.loras)
-        images = tuple(dict.fromkeys(s.image.asset for s in self.scenes if s.image is not None))
+        images = tuple(dict.fromkeys(
+            [s.image.asset for s in self.scenes if s.image is not None]
+            + [s.camera.asset for s in self.scenes if s.camera is not None]
+        ))  # fmt: skip
         if self.audio is None:
             return loras + images
         bed = (self.audio.asset,) if self.audio.asset else ()

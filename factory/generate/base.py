@@ -30,6 +30,12 @@ class SegmentSpec:
     # to every segment of the scene). Families that cannot use a role are refused at submit.
     image: Any = field(default=None, compare=False, repr=False)
     image_role: str | None = None
+    # A camera move it follows (factory/media/control.py): the template's frames for each of
+    # its generated frames (uint8 [frames, H, W, 3]), where the template's content has moved
+    # to by each (dx, dy px, [frames, 2]), and how strongly to follow it (0..1).
+    control: Any = field(default=None, compare=False, repr=False)
+    control_track: Any = field(default=None, compare=False, repr=False)
+    control_strength: float = 1.0
 
     @property
     def starts_shot(self) -> bool:

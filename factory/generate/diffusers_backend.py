@@ -386,12 +386,19 @@ class WanVace(DiffusersGenerator):
         if (references := _reference(seg)) is not None:
             common["reference_images"] = references  # the scene's picture, every segment
         picture = _first_frame(seg) if context is None else None
-        if context is None and picture is None:
+        if context is None and picture is None and seg.control is None:
             return self.pipe(**common).frames[0]
-        kept = [picture] if picture is not None else _pictures(context[-seg.context :])
+        kept = [] if context is None else _pictures(context[-seg.context :])
+        kept = [picture] if picture is not None else kept
         size = (seg.width, seg.height)
         fill = Image.new("RGB", size, (round(255 * VACE_FILL),) * 3)
-        video = kept + [fill] * (count - len(kept))
+        if seg.control is not None:  # a camera move: its frames are VACE's control frames
+            control = _pictures(seg.control)
+            control += control[-1:] * max(0, count - len(control))
+            video = kept + control[len(kept) : count]
+            common["conditioning_scale"] = seg.control_strength
+        else:
+            video = kept + [fill] * (count - len(kept))
         # Black keeps a frame (the tail, or the shot's first picture), white asks VACE to
         # generate it.
         mask = [Image.new("L", size, 0)] * len(kept) + [Image.new("L", size, 255)] * (

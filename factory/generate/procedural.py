@@ -11,7 +11,8 @@ A scene's picture (SegmentSpec.image) is honoured visibly, as an image-condition
 would: it replaces the gradient as the scene's backdrop (slowly pushed in), the shapes take
 their colours from it (its darkest, middle and brightest thirds) and drift over it; a first
 frame is also the segment's frame 0 as given (only the grain added: the colour cast and the
-caption grow in as the shapes do).
+caption grow in as the shapes do). A camera-move template (SegmentSpec.control_track) moves
+the whole picture as the template's content moves, by `strength` of it.
 """
 
 from __future__ import annotations
@@ -64,11 +65,18 @@ class ProceduralGenerator:
         for j in range(seg.frames):
             t = (seg.first_frame + j) / seg.fps
             frames[j] = _picture(look, seg.width, seg.height, t, backdrop)
+            if seg.control_track is not None:  # the camera move: the content goes where it goes
+                dx, dy = seg.control_track[j] * seg.control_strength
+                frames[j] = _moved(frames[j], round(float(dx)), round(float(dy)))
         # How much of its own cast and caption each frame shows: all of it, but from a first
         # frame, which shows the picture as given and grows into the scene's look.
         own = np.ones(seg.frames, np.float32)
         if context is not None and len(context):
-            _continue_from(frames, context.astype(np.float32), seg.context)
+            moves = None
+            if seg.control_track is not None and seg.context:  # the held frame pans on too
+                since = seg.control_track - seg.control_track[seg.context - 1]
+                moves = np.rint(since * seg.control_strength).astype(int)
+            _continue_from(frames, context.astype(np.float32), seg.context, moves)
         elif seg.image is not None and seg.image_role == "first-frame":
             fade = _continue_from(frames, seg.image[None].astype(np.float32), 1)
             own = np.clip(np.arange(seg.frames, dtype=np.float32) / (fade + 1), 0, 1)
@@ -151,17 +159,29 @@ def _upscaled(picture: np.ndarray, width: int, height: int) -> np.ndarray:
     return np.asarray(small.resize((width, height), Image.Resampling.BILINEAR), np.float32)
 
 
-def _continue_from(frames: np.ndarray, context: np.ndarray, overlap: int) -> int:
-    """Reproduce the context over the overlap, then dissolve from its last frame; gives the
-    dissolve's length in frames."""
+def _continue_from(
+    frames: np.ndarray, context: np.ndarray, overlap: int, moves: np.ndarray | None = None
+) -> int:
+    """Reproduce the context over the overlap, then dissolve from its last frame (moved by
+    `moves[j]` px at frame j, where a camera move goes on); gives the dissolve's length."""
     overlap = min(overlap, len(context), len(frames))
     frames[:overlap] = context[-overlap:] if overlap else frames[:overlap]
     last = context[-1]
     fade = max(1, (len(frames) - overlap) // 2)
     for j in range(overlap, min(len(frames), overlap + fade)):
         w = 1.0 - (j - overlap + 1) / (fade + 1)
-        frames[j] = w * last + (1 - w) * frames[j]
+        held = last if moves is None else _moved(last, int(moves[j][0]), int(moves[j][1]))
+        frames[j] = w * held + (1 - w) * frames[j]
     return fade
+
+
+def _moved(frame: np.ndarray, dx: int, dy: int) -> np.ndarray:
+    """The frame's content moved by (dx, dy) pixels, the edges it uncovers mirrored."""
+    height, width = frame.shape[:2]
+    px, py = min(abs(dx), width - 1), min(abs(dy), height - 1)
+    padded = np.pad(frame, ((py, py), (px, px), (0, 0)), mode="reflect")
+    top, left = py - max(-py, min(py, dy)), px - max(-px, min(px, dx))
+    return padded[top : top + height, left : left + width]
 
 
 def _palette(picture: np.ndarray) -> np.ndarray:

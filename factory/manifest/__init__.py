@@ -34,6 +34,7 @@ from factory.manifest.schema import (
 )
 from factory.plan.segments import scene_start_frames
 from factory.spec import (
+    CAMERA_FAMILIES,
     CONTINUE,
     CUT,
     DEFAULT_IMAGE_FIT,
@@ -44,6 +45,7 @@ from factory.spec import (
     TRANSITION_SECONDS,
     TRANSITIONS,
     AudioChoice,
+    CameraMove,
     LoraChoice,
     Loudness,
     ModelChoice,
@@ -351,6 +353,9 @@ def _scenes(
             s.prompt,
             *join,
             image=SceneImage(s.image.asset, s.image.role) if s.image else None,
+            camera=CameraMove(s.camera.asset, float(s.camera.strength), s.camera.fit)
+            if s.camera
+            else None,
         )
         for s, end, join in zip(scenes, ends, joins, strict=True)
     )
@@ -451,6 +456,10 @@ def _check_images(spec: VideoSpec, here: str, problems: list[FieldProblem]) -> b
     (the first scene, or one that cuts or blends in), and the family can use the kind."""
     found = len(problems)
     for k, scene in enumerate(spec.scenes):
+        if scene.camera is not None and spec.model.family not in CAMERA_FAMILIES:
+            problems.append(FieldProblem(f"{here}.scenes[{k}].camera", (
+                f"{spec.model.family} cannot follow a camera move; families that can: "
+                f"{', '.join(CAMERA_FAMILIES)}")))  # fmt: skip
         if scene.image is None:
             continue
         where = f"{here}.scenes[{k}].image.as"
@@ -533,8 +542,10 @@ def revalidated_spec(data: Any, job_id: str | None = None) -> VideoSpec:
     problems: list[FieldProblem] = []
     cues = spec.audio.cues if spec.audio else ()
     pictures = [(k, s.image.asset) for k, s in enumerate(spec.scenes) if s.image is not None]
+    moves = [(k, s.camera.asset) for k, s in enumerate(spec.scenes) if s.camera is not None]
     for name, asset in (("audio.asset", spec.audio.asset if spec.audio else None),
                         *((f"scenes[{k}].image.asset", a) for k, a in pictures),
+                        *((f"scenes[{k}].camera.asset", a) for k, a in moves),
                         *((f"audio.cues[{k}].asset", c.asset) for k, c in enumerate(cues)),
                         *(("lora.asset", lora.asset) for lora in spec.model.loras)):  # fmt: skip
         if asset is not None and is_local_path(asset):

@@ -18,6 +18,7 @@ from pydantic import (
 )
 
 from factory.spec import (
+    CAMERA_FITS,
     DEFAULT_IMAGE_FIT,
     DEFAULT_KEYFRAMES,
     DEFAULT_RUN_ON,
@@ -238,6 +239,17 @@ class ImageSettings(_Strict):
         return _asset_reference(value)
 
 
+class CameraSettings(_Strict):
+    asset: str = Field(min_length=1, max_length=1024)
+    strength: float = Field(default=1.0, ge=0, le=1, allow_inf_nan=False)
+    fit: Literal[CAMERA_FITS] = "stretch"  # type: ignore[valid-type]
+
+    @field_validator("asset")
+    @classmethod
+    def _reference(cls, value: str) -> str:
+        return _asset_reference(value)
+
+
 class SceneSettings(_Strict):
     start: Seconds
     end: Seconds | None = None
@@ -246,6 +258,7 @@ class SceneSettings(_Strict):
     # names the exact field and the valid choices in its messages
     join: Any = "continue"
     image: ImageSettings | None = None  # a first frame or a reference picture
+    camera: CameraSettings | None = None  # a camera-move template it follows
 
 
 class VideoSettings(_Strict):

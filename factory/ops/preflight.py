@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from factory.config.s3 import S3Settings
@@ -35,6 +36,7 @@ from factory.errors import BadInput, FactoryError, FieldProblem, ManifestError, 
 from factory.generate.families import FAMILIES
 from factory.infra.confinement import Confinement
 from factory.manifest import Manifest, is_local_path
+from factory.media.control import control_problem
 from factory.media.images import image_problem
 from factory.media.sound import check_sound_file
 from factory.spec import LoraChoice, VideoSpec
@@ -60,6 +62,7 @@ class _Reference:
     value: str
     sound: bool = False  # a bed or a cue: a file beside the manifest must decode as audio
     picture: bool = False  # a scene's image: it must decode as a picture within limits
+    control: bool = False  # a camera-move template: it must decode as video within limits
 
 
 def check(
@@ -142,6 +145,9 @@ def _references(manifest: Manifest) -> list[_Reference]:
             if scene.image is not None:
                 where = f"{manifest.field(index, 'scenes')}[{number}].image.asset"
                 found.append(_Reference(where, scene.image.asset, picture=True))
+            if scene.camera is not None:
+                where = f"{manifest.field(index, 'scenes')}[{number}].camera.asset"
+                found.append(_Reference(where, scene.camera.asset, control=True))
         for number, lora in enumerate(video.model.loras):
             where = f"{manifest.field(index, 'model')}.lora[{number}].asset"
             found.append(_Reference(where, lora.asset))
@@ -175,7 +181,8 @@ def _local_file(base: Path, reference: _Reference, problems: list[FieldProblem])
         problems.append(FieldProblem(reference.field, f"{path} cannot be read: {exc.strerror}"))
         return None
     problem = (check_sound_file(path) if reference.sound else
-               image_problem(path) if reference.picture else None)  # fmt: skip
+               image_problem(path) if reference.picture else
+               control_problem(path) if reference.control else None)  # fmt: skip
     if problem:
         problems.append(FieldProblem(reference.field, f"{reference.value} {problem}"))
         return None
@@ -326,12 +333,12 @@ def _with_keys(video: VideoSpec, keys: dict[str, str]) -> VideoSpec:
         LoraChoice(keys.get(lora.asset, lora.asset), lora.scale) for lora in video.model.loras
     )
     model = replace(video.model, loras=loras)
-    scenes = tuple(
-        replace(scene, image=replace(scene.image, asset=keys.get(scene.image.asset,
-                                                                 scene.image.asset)))
-        if scene.image is not None else scene
-        for scene in video.scenes
-    )  # fmt: skip
+
+    def keyed(found: Any) -> Any:
+        return None if found is None else replace(found, asset=keys.get(found.asset, found.asset))
+
+    scenes = tuple(replace(scene, image=keyed(scene.image), camera=keyed(scene.camera))
+                   for scene in video.scenes)  # fmt: skip
     return replace(video, audio=audio, model=model, scenes=scenes)
 
 

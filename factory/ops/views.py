@@ -192,7 +192,12 @@ def material_rows(video: VideoSpec) -> list[tuple[str, str]]:
         ("picture", f"scene {k} {scene.image.role}: {scene.image.asset}")
         for k, scene in enumerate(video.scenes)
         if scene.image is not None
-    ]
+    ] + [
+        ("camera", f"scene {k}: {scene.camera.asset} (strength {scene.camera.strength:g}, "
+                   f"{scene.camera.fit})")
+        for k, scene in enumerate(video.scenes)
+        if scene.camera is not None
+    ]  # fmt: skip
     audio = video.audio
     if audio is None:
         return rows
@@ -212,8 +217,8 @@ def material_rows(video: VideoSpec) -> list[tuple[str, str]]:
 # What a GPU node warms first (`factory preload`): the source design's order, camera moves
 # first, then transitions and localised sound, then user sound by how often batches use
 # it. Here: what generation reads (scene pictures, LoRA adapters), then the cues (localised
-# sound), then the beds, the ones more videos use first.
-PRELOAD_TIERS = ("picture", "lora", "cue", "bed")
+# sound), then the beds, the ones more videos use first. Camera templates come first.
+PRELOAD_TIERS = ("camera", "picture", "lora", "cue", "bed")
 
 
 def preload_order(videos: Sequence[VideoSpec]) -> list[tuple[str, str]]:
@@ -224,7 +229,8 @@ def preload_order(videos: Sequence[VideoSpec]) -> list[tuple[str, str]]:
     first: dict[str, int] = {}
     uses: dict[str, int] = {}
     for video in videos:
-        kinds = [*((s.image.asset, "picture") for s in video.scenes if s.image is not None),
+        kinds = [*((s.camera.asset, "camera") for s in video.scenes if s.camera is not None),
+                 *((s.image.asset, "picture") for s in video.scenes if s.image is not None),
                  *((lora.asset, "lora") for lora in video.model.loras)]  # fmt: skip
         if video.audio is not None:
             kinds += [(cue.asset, "cue") for cue in video.audio.cues]

@@ -17,6 +17,7 @@ from factory.errors import PermanentError
 from factory.generate import Generator, MemoryPolicy, PromptEmbedding, make_generator
 from factory.infra.confinement import Confinement
 from factory.job import Job
+from factory.media.control import Template, load_template
 from factory.media.images import ImageProblem, load_image
 from factory.pipeline.prompts import EnsureResult, PromptService, open_embedding_cache
 from factory.qc.thresholds import QcThresholds
@@ -26,6 +27,7 @@ from factory.store.assets import AssetCache, open_asset_cache
 from factory.store.base import Store
 
 PICTURES_KEPT = 16  # decoded scene pictures a worker keeps
+TEMPLATES_KEPT = 2  # decoded camera-move templates (a few hundred MB at most)
 
 
 @dataclass
@@ -50,6 +52,7 @@ class StageContext:
     _fresh: dict[tuple[ModelChoice, str, str], bytes] = field(default_factory=dict)
     _ensured: set[tuple[ModelChoice, str, str]] = field(default_factory=set)
     _pictures: dict[tuple[str, int, int, str], Any] = field(default_factory=dict)
+    _templates: dict[tuple[str, int, int, int, str], Any] = field(default_factory=dict)
 
     @classmethod
     def from_settings(
@@ -104,6 +107,22 @@ class StageContext:
             while len(self._pictures) > PICTURES_KEPT:
                 self._pictures.pop(next(iter(self._pictures)))
         return self._pictures[key]
+
+    def template(self, reference: str, video: VideoSpec) -> Template:
+        """A camera-move template at the video's fps and frame size, with its motion track,
+        decoded once per worker (every segment of its scene asks for it)."""
+        key = (reference, video.width, video.height, video.fps, video.image_fit)
+        if key not in self._templates:
+            with self._asset(reference) as path:
+                try:
+                    self._templates[key] = load_template(
+                        path, video.width, video.height, video.fps, video.image_fit
+                    )
+                except (ValueError, OSError) as exc:
+                    raise PermanentError(f"{reference} does not decode as video: {exc}") from None
+            while len(self._templates) > TEMPLATES_KEPT:
+                self._templates.pop(next(iter(self._templates)))
+        return self._templates[key]
 
     def _asset(self, reference: str) -> AbstractContextManager[Path]:
         if self.assets is None:

@@ -30,7 +30,13 @@ from factory.pipeline.segment_files import (
 )
 from factory.plan.redo import given
 from factory.plan.segments import SegmentPlan
-from factory.plan.video import next_segment, picture_for, scene_change_at, video_plan
+from factory.plan.video import (
+    next_segment,
+    picture_for,
+    scene_change_at,
+    template_frames,
+    video_plan,
+)
 from factory.qc.seams import WINDOW, colour_record, score_seam
 from factory.spec import VideoSpec
 from factory.stages import Stage
@@ -266,12 +272,18 @@ def _made(
     prompt = ctx.prompt(video.model, text, video.negative_prompt)
     anchor = job.progress.get("anchor") if op.own_anchor else op.anchor
     picture = picture_for(video, plan)
+    camera = scene.camera
+    template = ctx.template(camera.asset, video) if camera else None
+    following = template_frames(video, plan, len(template.frames)) if template else None
     spec = SegmentSpec(
         plan.index, plan.frames, video.width, video.height, video.fps, plan.first_frame,
         plan.context, plan.shot_first,
         image=ctx.picture(picture.asset, video.width, video.height, video.image_fit)
         if picture else None,
         image_role=picture.role if picture else None,
+        control=template.frames[following] if template and following else None,
+        control_track=template.track[following] if template and following else None,
+        control_strength=camera.strength if camera else 1.0,
     )  # fmt: skip
     regeneration = 0
     while True:

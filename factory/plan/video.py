@@ -114,3 +114,25 @@ def picture_for(video: VideoSpec, plan: SegmentPlan) -> SceneImage | None:
     if video.model.family in IMAGE_FAMILIES["reference"]:
         return replace(image, role="reference")
     return None
+
+
+def template_frames(video: VideoSpec, plan: SegmentPlan, length: int) -> list[int] | None:
+    """Which frames of its scene's camera-move template (`length` frames at the video's fps)
+    each of the segment's generated frames follows, or None without one. `stretch` maps the
+    scene's frames onto the whole template (frame i of L: template frame i x length // L),
+    `loop` repeats it (i mod length); a segment's frames past its scene's end keep going
+    (the last template frame when stretched, the loop when looped). A resumed segment gets
+    the same frames: this is arithmetic on the plan alone."""
+    scene = video.scenes[plan.scene]
+    if scene.camera is None:
+        return None
+    start = round(scene.start * video.fps)
+    frames = max(1, round(scene.end * video.fps) - start)
+    found = []
+    for offset in range(plan.frames):
+        i = max(0, plan.first_frame + offset - start)
+        if scene.camera.fit == "loop":
+            found.append(i % length)
+        else:
+            found.append(min(length - 1, i * length // frames))
+    return found

@@ -1,9 +1,11 @@
-"""A scene's picture reaches the diffusers pipelines (issue 38, item 1): tiny random-weight Wan
-VACE and SkyReels-V2 DF pipelines, built from config, driven through the embedded segment
-path with a first frame (Wan VACE: a kept first frame; SkyReels: its image-to-video
-pipeline) and a reference picture (Wan VACE's reference images). What each pipeline call
-received is recorded, segment by segment, and a job resumed by a cold worker at its second
-segment gives every call exactly the same pictures."""
+"""A scene's picture and camera move reach the diffusers pipelines (issue 38, items 1 and 2):
+tiny random-weight Wan VACE and SkyReels-V2 DF pipelines, built from config, driven through
+the embedded segment path (three segments: two in the first shot, one after a cut) with a
+first frame (Wan VACE: a kept first frame; SkyReels: its image-to-video pipeline), a
+reference picture (Wan VACE's reference images) and a camera move (Wan VACE's control frames
+and conditioning scale). What each pipeline call received is recorded, segment by segment,
+and a job resumed by a cold worker at its second segment gives every call exactly the same
+pictures and control frames."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from factory.pipeline.generate import generate_segment
 from factory.plan.video import next_segment, video_plan
 from factory.wiring import Factory
 from tests.conftest import embedded_env
+from tests.integration.test_camera import pan_template
 from tests.integration.test_images import pictures
 
 # The pipelines a segment may call, per family, and where the picture goes in each call.
@@ -81,11 +84,17 @@ def spy(monkeypatch, family: str) -> list[dict[str, Any]]:
             start = kwargs.get("image")
             if start is None and kept == 1 and kwargs.get("video"):
                 start = kwargs["video"][0]
+            video = kwargs.get("video") or []
             calls.append({
                 "pipeline": _name,
                 "start": digest(start) if start is not None else None,
                 "references": [digest(p) for p in kwargs.get("reference_images") or []],
-                "kept": kept or len(kwargs.get("video") or []),
+                "kept": kept or len(video),
+                # a camera move: VACE's control frames (those it generates) and their weight
+                "control": hashlib.sha256(b"".join(np.asarray(f).tobytes()
+                                                   for f in video[kept:])).hexdigest()[:16]
+                if mask and kwargs.get("conditioning_scale") is not None else None,
+                "scale": kwargs.get("conditioning_scale"),
             })  # fmt: skip
             return _real(self, *args, **kwargs)
 
@@ -94,7 +103,9 @@ def spy(monkeypatch, family: str) -> list[dict[str, Any]]:
 
 
 def manifest(model_dir: Path, family: str) -> str:
-    second = "as: reference" if family == "wan" else "as: first-frame"
+    # Wan VACE: the second shot has a reference picture and follows a camera move too.
+    second = ("as: reference}, camera: {asset: moves/pan.mkv, strength: 0.7"
+              if family == "wan" else "as: first-frame")  # fmt: skip
     return (
         "batch: dfpics\nvideos:\n  - id: chain\n    duration: 4\n    fps: 8\n"
         f"    resolution: {SIZE}x{SIZE}\n    segment: {{frames: 17, overlap: 5}}\n"
@@ -111,6 +122,7 @@ def run_segments(home: Path, text: str, folder: Path, crash_at: int | None) -> N
     factory, ctx = in_process(home)
     for name in ("hero.png", "red.jpg"):
         ctx.store.put_file(f"pics/{name}", folder / name)
+    ctx.store.put_file("moves/pan.mkv", folder / "pan.mkv")
     job = submit(parse_manifest(text), factory.jobs, None).jobs[0]
     job = factory.jobs.claim(job.job_id, seen_attempt=job.attempt, worker="a")
     warm, made = None, 0
@@ -131,6 +143,7 @@ def test_pictures_reach_the_pipeline_and_a_resumed_job_gives_the_same(
     monkeypatch,
 ):
     pictures(tmp_path)
+    pan_template(tmp_path / "pan.mkv")
     text = manifest(model_dirs[family], family)
     calls = spy(monkeypatch, family)
     run_segments(tmp_path / "whole", text, tmp_path, crash_at=None)
@@ -156,8 +169,10 @@ def test_pictures_reach_the_pipeline_and_a_resumed_job_gives_the_same(
             assert call["start"] is None, (plan.index, call)
         if family == "wan":
             # the scene's picture as a reference: scene 1's own, and scene 0's first frame for
-            # the later segments of its scene
+            # the later segments of its scene; scene 1 follows the camera move at 0.7
             wanted = [red] if plan.shot == 1 else ([] if plan.starts_shot else [hero])
             assert call["references"] == wanted, (plan.index, call)
+            moved = (0.7, True) if plan.shot == 1 else (None, False)
+            assert (call["scale"], call["control"] is not None) == moved, (plan.index, call)
         else:
-            assert call["references"] == []
+            assert call["references"] == [] and call["scale"] is None

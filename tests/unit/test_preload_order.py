@@ -1,5 +1,6 @@
 """The order a node warms a batch's material in (`factory preload`, ops.views.preload_order):
-what generation reads first (scene pictures, LoRAs), then the cues, then the beds, the ones
+camera moves, then what else generation reads (scene pictures, LoRAs), then the cues, then
+the beds, the ones
 more videos use first; each asset once, at its most urgent kind."""
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ videos:
     prompt: b
     audio: {asset: beds/common.ogg, cues: [{at: 2, asset: fx/whoosh.ogg}]}
   - id: three
-    scenes: [{start: 0, prompt: c, image: {asset: fx/bell.ogg, as: reference}}]
+    scenes: [{start: 0, prompt: c, image: {asset: fx/bell.ogg, as: reference},
+              camera: {asset: moves/dolly.mkv}}]
     audio: {asset: beds/common.ogg}
 """
 
@@ -25,6 +27,7 @@ videos:
 def test_pictures_then_cues_then_beds_by_use():
     videos = parse_manifest(MANIFEST).videos
     assert preload_order(videos) == [
+        ("moves/dolly.mkv", "camera"),  # camera moves first, as the source design has it
         ("pics/hero.png", "picture"),
         ("fx/bell.ogg", "picture"),  # a cue elsewhere, a picture here: the more urgent kind
         ("fx/whoosh.ogg", "cue"),
