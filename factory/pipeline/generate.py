@@ -274,7 +274,8 @@ def _made(
     picture = picture_for(video, plan)
     camera = scene.camera
     template = ctx.template(camera.asset, video) if camera else None
-    following = template_frames(video, plan, len(template.frames)) if template else None
+    where = template_frames(video, plan, len(template.frames)) if template else None
+    following = [round(p) for p in where] if where else None  # the nearest frame shown
     spec = SegmentSpec(
         plan.index, plan.frames, video.width, video.height, video.fps, plan.first_frame,
         plan.context, plan.shot_first,
@@ -282,7 +283,9 @@ def _made(
         if picture else None,
         image_role=picture.role if picture else None,
         control=template.frames[following] if template and following else None,
-        control_track=template.track[following] if template and following else None,
+        control_track=np.stack([np.interp(where, range(len(template.track)), axis)
+                                for axis in template.track.T], axis=1)
+        if template and where else None,
         control_strength=camera.strength if camera else 1.0,
     )  # fmt: skip
     regeneration = 0

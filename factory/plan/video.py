@@ -116,23 +116,24 @@ def picture_for(video: VideoSpec, plan: SegmentPlan) -> SceneImage | None:
     return None
 
 
-def template_frames(video: VideoSpec, plan: SegmentPlan, length: int) -> list[int] | None:
-    """Which frames of its scene's camera-move template (`length` frames at the video's fps)
-    each of the segment's generated frames follows, or None without one. `stretch` maps the
-    scene's frames onto the whole template (frame i of L: template frame i x length // L),
-    `loop` repeats it (i mod length); a segment's frames past its scene's end keep going
-    (the last template frame when stretched, the loop when looped). A resumed segment gets
-    the same frames: this is arithmetic on the plan alone."""
+def template_frames(video: VideoSpec, plan: SegmentPlan, length: int) -> list[float] | None:
+    """Where in its scene's camera-move template (`length` frames at the video's fps) each of
+    the segment's generated frames is, in template frames (fractional where the template is
+    stretched: its motion is followed smoothly, its nearest frame shown), or None without
+    one. `stretch` maps the scene's frames onto the whole template (frame i of L: template
+    position i x (length - 1) / (L - 1)), `loop` repeats it (i mod length); a segment's
+    frames past its scene's end keep going (the last template frame when stretched, the loop
+    when looped). A resumed segment gets the same: this is arithmetic on the plan alone."""
     scene = video.scenes[plan.scene]
     if scene.camera is None:
         return None
     start = round(scene.start * video.fps)
-    frames = max(1, round(scene.end * video.fps) - start)
-    found = []
+    frames = max(2, round(scene.end * video.fps) - start)
+    found: list[float] = []
     for offset in range(plan.frames):
         i = max(0, plan.first_frame + offset - start)
         if scene.camera.fit == "loop":
-            found.append(i % length)
+            found.append(float(i % length))
         else:
-            found.append(min(length - 1, i * length // frames))
+            found.append(min(float(length - 1), i * (length - 1) / (frames - 1)))
     return found

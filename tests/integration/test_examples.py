@@ -36,7 +36,8 @@ def test_every_example_validates_as_it_is(tmp_path: Path, manifest: Path):
     for job in jobs:  # beds, cues and pictures beside the manifest: named by their content
         audio = job["audio"] or {}
         named = [audio.get("asset"), *(cue["asset"] for cue in audio.get("cues", [])),
-                 *(s["image"]["asset"] for s in job["scenes"] if "image" in s)]  # fmt: skip
+                 *(s[kind]["asset"] for s in job["scenes"] for kind in ("image", "camera")
+                   if kind in s)]  # fmt: skip
         assert all(a.startswith("assets/sha256/") for a in named if a is not None), audio
     assert not (tmp_path / "home" / "store").exists() or not any(
         (tmp_path / "home" / "store").rglob("*.ogg")
@@ -93,14 +94,14 @@ def test_the_production_example_delivers_its_sound_as_defined(tmp_path: Path):
 
 
 def test_preload_warms_the_production_material_by_priority(tmp_path: Path):
-    """`factory preload` on examples/production.yaml: its picture first, then its sound cues,
-    then its bed, each fetched into this node's cache once."""
+    """`factory preload` on examples/production.yaml: its camera move first, then its picture,
+    its sound cues, its bed, each fetched into this node's cache once."""
     env = embedded_env(tmp_path / "home")
     manifest = str(REPO / "examples" / "production.yaml")
     done = run_cli("preload", manifest, "--all", "--json", env=env)
     assert done.returncode == 0, done.stderr
     items = json.loads(done.stdout)["assets"]["items"]
-    assert [i["kind"] for i in items] == ["picture", "cue", "cue", "bed"]
+    assert [i["kind"] for i in items] == ["camera", "picture", "cue", "cue", "bed"]
     assert {i["outcome"] for i in items} == {"fetched"}
     again = json.loads(run_cli("preload", manifest, "--all", "--json", env=env).stdout)
     assert {i["outcome"] for i in again["assets"]["items"]} == {"hit"}

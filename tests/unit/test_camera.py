@@ -30,8 +30,11 @@ def test_a_template_is_stretched_over_its_scene_or_looped():
     for plan in (p for p in plans if p.scene == 1):
         for offset, index in enumerate(template_frames(stretched, plan, 20)):
             mapped.setdefault(plan.first_frame + offset, index)
-    assert [mapped[f] for f in range(40, 80, 8)] == [0, 4, 8, 12, 16]
-    assert max(mapped.values()) == 19
+    # stretched smoothly: scene frame i of 40 is at template position i x 19 / 39
+    assert [round(mapped[f], 3) for f in range(40, 80, 8)] == [
+        round(i * 19 / 39, 3) for i in range(0, 40, 8)
+    ]
+    assert mapped[79] == 19.0 and max(mapped.values()) == 19.0
     loop = template_frames(looped, first, 20)
     offset = 40 - first.first_frame  # the scene starts inside this segment's frames
     assert loop[offset : offset + 3] == [0, 1, 2]
