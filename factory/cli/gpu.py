@@ -231,6 +231,13 @@ def gpu_plan(
     size: str | None = typer.Option(
         None, "--size", help="A released size without --model: anyflow-far 1.3B or 14B."
     ),
+    first_frame: bool = typer.Option(
+        False, "--first-frame", help="The segment starts from a scene's picture."
+    ),
+    reference_images: int = typer.Option(
+        0, "--reference-images", min=0, max=16, help="VACE reference pictures (wan)."
+    ),
+    control: bool = typer.Option(False, "--control", help="A camera move's control frames."),
     as_json: bool = typer.Option(False, "--json", help="Print JSON instead of a table."),
 ) -> None:
     """Estimated GPU memory per component for one segment (weights exact, the rest estimated);
@@ -252,6 +259,9 @@ def gpu_plan(
         group_offload=offload,
         vae_tiling=tiling,
         size=size,
+        first_frame=first_frame,
+        reference_images=reference_images,
+        control=control,
     )
     if as_json:
         sys.stdout.write(json.dumps(found.to_dict(), indent=2) + "\n")

@@ -16,6 +16,7 @@ from typing import Any
 
 from factory.errors import BadInput
 from factory.generate.families import FAMILIES
+from factory.spec import CAMERA_FAMILIES, IMAGE_FAMILIES
 
 GIB = 1 << 30
 
@@ -184,10 +185,12 @@ def _segment_frames(family: str, width: int, height: int, frames: int) -> int:
     return frames
 
 
-def _tokens(family: str, tcfg: dict[str, Any], width: int, height: int, frames: int) -> int:
-    """The transformer's tokens in one call: latent frames times patches per latent frame."""
+def _tokens(family: str, tcfg: dict[str, Any], width: int, height: int, frames: int,
+            extra_latents: int = 0) -> int:  # fmt: skip
+    """The transformer's tokens in one call: latent frames (and `extra_latents`, VACE's
+    reference pictures) times patches per latent frame."""
     fam = FAMILIES[family]
-    latent_frames = (frames - 1) // fam.time_stride + 1
+    latent_frames = (frames - 1) // fam.time_stride + 1 + extra_latents
     spatial = 32 if family == "ltx-video" else 8
     patch = tcfg.get("patch_size", 1)
     patch_h, patch_w = (patch[1], patch[2]) if isinstance(patch, list | tuple) else (patch, patch)
@@ -292,12 +295,19 @@ def plan(
     text_encoder_on_gpu: bool = False,
     vae_tiling: bool = False,
     size: str | None = None,
+    first_frame: bool = False,
+    reference_images: int = 0,
+    control: bool = False,
 ) -> MemoryPlan:
+    """`first_frame`, `reference_images`, `control`: what a scene brings (docs/manifest.md,
+    "Images", "Camera moves"): a picture to start from, VACE reference pictures (a latent
+    frame each, ahead of the segment's), a camera move (VACE's control frames, VAE-encoded)."""
+    _check_material(family, first_frame, reference_images, control)
     frames = _segment_frames(family, width, height, frames)
     configs = _configs(family, model_dir, size)
     modules = {name: _meta_module(*spec) for name, spec in configs.items()}
     tcfg = dict(modules["transformer"].config)
-    tokens = _tokens(family, tcfg, width, height, frames)
+    tokens = _tokens(family, tcfg, width, height, frames, extra_latents=reference_images)
     lines = _weight_lines(
         modules,
         tcfg.get("num_layers", 1),
@@ -307,4 +317,40 @@ def plan(
     )
     lines += _denoise_lines(family, tcfg, tokens)
     lines += _decode_lines(family, modules, width, height, frames, vae_tiling)
+    lines += _material_lines(family, modules, width, height, frames, vae_tiling,
+                             first_frame, reference_images, control)  # fmt: skip
     return MemoryPlan(family, width, height, frames, tokens, lines)
+
+
+def _check_material(family: str, first_frame: bool, references: int, control: bool) -> None:
+    if first_frame and family not in IMAGE_FAMILIES["first-frame"]:
+        raise BadInput(f"{family} cannot start from a picture", field="--first-frame")
+    if references and family not in IMAGE_FAMILIES["reference"]:
+        raise BadInput(f"{family} takes no reference pictures", field="--reference-images")
+    if control and family not in CAMERA_FAMILIES:
+        raise BadInput(f"{family} cannot follow a camera move", field="--control")
+
+
+def _material_lines(
+    family: str, modules: dict[str, Any], width: int, height: int, frames: int,
+    vae_tiling: bool, first_frame: bool, references: int, control: bool,
+) -> list[Line]:  # fmt: skip
+    """The VAE encodes of what a scene brings (estimates, as the tail encode's): a first
+    frame and each reference picture is one frame; a camera move is the segment's frames,
+    4 at a time (Wan's causal VAE), with the template's frames held in float32."""
+    bf16, live = 2, 6
+    vcfg = dict(modules["vae"].config) if "vae" in modules else {}
+    channels = vcfg.get("base_dim", 96)
+    pixels = min(width * height, 512 * 512) if vae_tiling else width * height
+    one_frame = pixels * channels * bf16 * live
+    lines = []
+    if first_frame:
+        lines.append(Line("first frame (VAE encode)", one_frame, True, "estimate"))
+    if references:
+        lines.append(Line(f"reference pictures x{references} (VAE encode)",
+                          references * one_frame, True, "estimate"))  # fmt: skip
+    if control:
+        held = frames * width * height * 3 * 4
+        lines.append(Line("camera move (control frames, VAE encode)", 4 * one_frame + held,
+                          True, "estimate"))  # fmt: skip
+    return lines

@@ -282,6 +282,18 @@ def test_gpu_plan_counts_weights_exactly_and_scales_with_resolution(
     assert 3.5 * 2**30 < released["bytes"] < 4.5 * 2**30  # Wan2.1-VACE 1.3B in bf16
     encoder = next(c for c in large["components"] if c["component"].startswith("text"))
     assert encoder["on_gpu"] is False  # the embedding cache keeps it off the GPU
+    # What a scene brings costs memory: two VACE reference pictures are two more latent
+    # frames of tokens and their encodes; a camera move's control frames are encoded too.
+    brought = planned("--resolution", "832x480", "--reference-images", "2", "--control")
+    per_latent = (480 // 8 // 2) * (832 // 8 // 2)
+    assert brought["tokens"] == large["tokens"] + 2 * per_latent
+    names = {c["component"] for c in brought["components"]}
+    assert {"reference pictures x2 (VAE encode)", "camera move (control frames, VAE encode)"
+            } <= names and brought["gpu_total"] > large["gpu_total"]  # fmt: skip
+    refused = run_cli_here("gpu", "plan", "--family", "ltx-video", "--resolution",
+                           "832x480", "--segment-frames", "33", "--reference-images", "1",
+                           env=env)  # fmt: skip
+    assert refused.returncode == 2 and "--reference-images" in refused.stderr
     bad = run_cli_here(
         "gpu",
         "plan",
