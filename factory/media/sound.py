@@ -1,9 +1,10 @@
 """A video's sound track: the bed (looped or padded to length, or silence) with the cues mixed
 over it at their times, sample-exact, cut at the video's end, normalised to a loudness target
 in two passes (measured by ffmpeg's `ebur128`, then one linear gain, with a true-peak limiter
-at 4x the sample rate only where the gain would put peaks over the ceiling, and a correction
-where the limiter took loudness off), and measured as delivered (`ebur128`: integrated
-loudness, loudness range, true peak). Also the check that a sound file
+at 4x the sample rate only where the gain would put peaks over the ceiling, and corrections
+where the limiter took loudness off, all on the float mix; then AAC, measured, and limited
+lower once more if the encoder lifted a peak over the ceiling), and measured as delivered
+(`ebur128`: integrated loudness, loudness range, true peak). Also the check that a sound file
 a manifest names decodes and is within limits, before a batch is accepted.
 
 The mix is made at 48 kHz stereo in 32-bit float (no clipping between the mix and the
@@ -31,7 +32,8 @@ MAX_SOUND_BYTES = 512 << 20
 # under the ceiling, so the delivered file stays below it (measured: docs/qc.md, "Loudness").
 TRUE_PEAK_MARGIN_DB = 0.7
 LOUDNESS_TOLERANCE_LU = 1.0  # the gate's: the normaliser aims within half of it
-NORMALISE_PASSES = 3  # gain, then corrections where the limiter took loudness off
+NORMALISE_PASSES = 4  # gain, then corrections where the limiter took loudness off
+AAC_PASSES = 3  # encodes, corrected where AAC moved the loudness or a peak
 SILENCE_LUFS = -70.0  # BS.1770's absolute gate: nothing louder was measured
 
 
@@ -156,13 +158,14 @@ def normalise_argv(exe: str, source: Path, output: Path, *, gain_db: float,
                    ceiling: float | None) -> list[str]:  # fmt: skip
     """The mix brought up or down by `gain_db` (a linear gain: the mix's dynamics are kept)
     and, where that would put its true peak over `ceiling` (dBTP), limited at 4x the
-    sample rate (where true peaks are seen), then AAC."""
+    sample rate (where true peaks are seen); written as the mix is (float WAV)."""
     chain = f"volume={gain_db:.3f}dB"
     if ceiling is not None:
         limit = 10 ** (ceiling / 20)
         chain += (f",aresample={SAMPLE_RATE * 4},alimiter=limit={limit:.6f}:attack=1"
                   f":release=50:level=false,aresample={SAMPLE_RATE}")  # fmt: skip
-    return [exe, *QUIET, "-i", str(source), "-af", chain, *_aac(output)]
+    return [exe, *QUIET, "-i", str(source), "-af", chain, "-c:a", "pcm_f32le",
+            "-ar", str(SAMPLE_RATE), "-ac", "2", "-f", "wav", str(output)]  # fmt: skip
 
 
 def encode_argv(exe: str, source: Path, output: Path) -> list[str]:
@@ -203,19 +206,32 @@ def make_track(
     aim = ceiling - TRUE_PEAK_MARGIN_DB
     gain = integrated - before.integrated
     limited = before.true_peak + gain > aim
+    shaped = scratch / "shaped.wav"
     for _ in range(NORMALISE_PASSES):
-        run(normalise_argv(ffmpeg_exe(), mix, output, gain_db=gain,
+        # On the float WAV, which is quick to make and to measure; AAC once it meets them.
+        run(normalise_argv(ffmpeg_exe(), mix, shaped, gain_db=gain,
                            ceiling=aim if limited else None))  # fmt: skip
-        after = measure_loudness(output)
-        off, over = integrated - after.integrated, after.true_peak - ceiling
+        after = measure_loudness(shaped)
+        off = integrated - after.integrated
+        if abs(off) <= LOUDNESS_TOLERANCE_LU / 4 and after.true_peak <= aim + 0.1:
+            break
+        gain += off  # the limiter took loudness off the peaks: make it up
+        limited = limited or after.true_peak > aim
+    for _ in range(AAC_PASSES):
+        run(encode_argv(ffmpeg_exe(), shaped, output))
+        delivered = measure_loudness(output)
+        off, over = integrated - delivered.integrated, delivered.true_peak - ceiling
         if abs(off) <= LOUDNESS_TOLERANCE_LU / 2 and over <= 0:
             return
-        # The limiter took loudness off the peaks, or AAC lifted them over the ceiling:
-        # correct the gain, and limit lower by the overshoot. (What still misses after the
-        # last pass is the quality gate's to fail, with the figures.)
+        # AAC moved it: its low-pass takes off loudness where a mix has much energy above
+        # 15 kHz (K-weighting counts that part more), and it may lift a peak. Correct the
+        # gain, limit lower by the overshoot, encode again.
         gain += off
         if over > 0:
             aim, limited = aim - over - 0.2, True
+        run(normalise_argv(ffmpeg_exe(), mix, shaped, gain_db=gain,
+                           ceiling=aim if limited else None))  # fmt: skip
+    # (What still misses is the quality gate's to fail, with its figures.)
 
 
 def _level(text: str) -> float:
