@@ -1,7 +1,8 @@
 """A scene's picture and camera move reach the diffusers pipelines (issue 38, items 1 and 2):
-tiny random-weight Wan VACE and SkyReels-V2 DF pipelines, built from config, driven through
-the embedded segment path (three segments: two in the first shot, one after a cut) with a
-first frame (Wan VACE: a kept first frame; SkyReels: its image-to-video pipeline), a
+tiny random-weight Wan VACE, SkyReels-V2 DF and LTX-Video pipelines, built from config,
+driven through the embedded segment path (two or three segments, a cut between) with a
+first frame (Wan VACE: a kept first frame; SkyReels: its image-to-video pipeline; LTX: a
+condition at frame 0), a
 reference picture (Wan VACE's reference images) and a camera move (Wan VACE's control frames
 and conditioning scale). What each pipeline call received is recorded, segment by segment,
 and a job resumed by a cold worker at its second segment gives every call exactly the same
@@ -37,7 +38,9 @@ PIPELINES = {
         "SkyReelsV2DiffusionForcingVideoToVideoPipeline",
         "SkyReelsV2DiffusionForcingImageToVideoPipeline",
     ),
+    "ltx-video": ("LTXConditionPipeline",),
 }
+SEGMENTS = {"ltx-video": "{frames: 25, overlap: 9}"}  # (LTX's VAE: 8k+1 frames)
 SIZE = 64
 # Random weights make noise with no continuity: seams never pass, and a regeneration would
 # be one more pipeline call per segment; this test is about what each call is given.
@@ -84,6 +87,9 @@ def spy(monkeypatch, family: str) -> list[dict[str, Any]]:
             start = kwargs.get("image")
             if start is None and kept == 1 and kwargs.get("video"):
                 start = kwargs["video"][0]
+            for condition in kwargs.get("conditions") or []:  # LTX: a picture at frame 0
+                if getattr(condition, "image", None) is not None:
+                    start = condition.image
             video = kwargs.get("video") or []
             calls.append({
                 "pipeline": _name,
@@ -108,7 +114,8 @@ def manifest(model_dir: Path, family: str) -> str:
               if family == "wan" else "as: first-frame")  # fmt: skip
     return (
         "batch: dfpics\nvideos:\n  - id: chain\n    duration: 4\n    fps: 8\n"
-        f"    resolution: {SIZE}x{SIZE}\n    segment: {{frames: 17, overlap: 5}}\n"
+        f"    resolution: {SIZE}x{SIZE}\n"
+        f"    segment: {SEGMENTS.get(family, '{frames: 17, overlap: 5}')}\n"
         "    renditions: [mobile]\n"
         f"    model: {{family: {family}, path: {model_dir}, steps: 2, guidance: 6.0}}\n"
         "    scenes:\n"
@@ -165,6 +172,8 @@ def test_pictures_reach_the_pipeline_and_a_resumed_job_gives_the_same(
             assert call["start"] == picture, (plan.index, call)
             if family == "skyreels-v2-df":
                 assert call["pipeline"].endswith("ImageToVideoPipeline")
+            if family == "ltx-video":  # a condition of the picture at frame 0, nothing else
+                assert call["pipeline"] == "LTXConditionPipeline"
         else:
             assert call["start"] is None, (plan.index, call)
         if family == "wan":
