@@ -251,6 +251,13 @@ def test_an_endless_fault_fails_the_job_with_an_alert(cluster: Cluster, tmp_path
         cluster.start_workers(gpus=1, cpu=False, beat=True)
         (job_id,) = cluster.submit(manifest(tmp_path / "m.yaml", "endless", 1, duration=3))
         (job,) = cluster.wait_done([job_id], timeout=120)
+        # The batch's summary is sent after the job's alert, by the process that settled it:
+        # wait for it before the receiver stops (a full suite once stopped it in between).
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(
+            p.get("event") == "batch.completed" for p in receiver.payloads()
+        ):
+            time.sleep(0.2)
     finally:
         closed.close()
         receiver.server.shutdown()
