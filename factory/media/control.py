@@ -14,6 +14,8 @@ import av
 import numpy as np
 from PIL import Image, ImageOps
 
+from factory.media.probe import declared_duration
+
 MAX_CONTROL_BYTES = 200 << 20
 MAX_CONTROL_SECONDS = 120.0
 MAX_CONTROL_PIXELS = 3840 * 2160
@@ -40,7 +42,7 @@ def control_problem(path: Path) -> str | None:
             pixels = (stream.codec_context.width or 0) * (stream.codec_context.height or 0)
             if pixels > MAX_CONTROL_PIXELS:
                 return f"is {stream.codec_context.width}x{stream.codec_context.height}; at most 4K"
-            seconds = _seconds(container, stream)
+            seconds = declared_duration(container, stream)
             if seconds is not None and seconds > MAX_CONTROL_SECONDS:
                 return f"is {seconds:.0f} s long; at most {MAX_CONTROL_SECONDS:.0f} s"
             if next(container.decode(stream), None) is None:
@@ -103,11 +105,3 @@ def _sized(picture: Image.Image, width: int, height: int, fit: str) -> Image.Ima
     if fit == "crop":
         return ImageOps.fit(picture, (width, height), Image.Resampling.BILINEAR)
     return ImageOps.pad(picture, (width, height), Image.Resampling.BILINEAR, color=(0, 0, 0))
-
-
-def _seconds(container: av.container.InputContainer, stream: av.VideoStream) -> float | None:
-    if stream.duration is not None and stream.time_base is not None:
-        return float(stream.duration * stream.time_base)
-    if container.duration is not None:
-        return container.duration / av.time_base
-    return None

@@ -125,7 +125,7 @@ def _video(container: av.container.InputContainer) -> VideoFacts:
     start = float(stream.start_time * base) if stream.start_time is not None else (first_pts or 0)
     duration = float(stream.duration * base) if stream.duration else last_end - start
     rate = stream.average_rate or stream.guessed_rate or 0
-    declared_duration = _declared_duration(container, stream)
+    stated = declared_duration(container, stream)
     return VideoFacts(
         codec=ctx.name,
         codec_tag=stream.codec_tag,
@@ -139,16 +139,15 @@ def _video(container: av.container.InputContainer) -> VideoFacts:
         frames=frames,
         keyframe_times=sorted(keyframes),
         open_keyframes=open_keys,
-        declared_frames=_declared_frames(stream, declared_duration, float(rate)),
-        declared_duration=declared_duration,
+        declared_frames=_declared_frames(stream, stated, float(rate)),
+        declared_duration=stated,
     )
 
 
-def _declared_duration(
-    container: av.container.InputContainer, stream: av.video.stream.VideoStream
-) -> float | None:
-    """The video's duration as the container states it: the stream's (MP4 index), else its
-    Matroska DURATION tag, else the format's."""
+def declared_duration(container: av.container.InputContainer, stream: av.stream.Stream
+                      ) -> float | None:  # fmt: skip
+    """A stream's duration as the container states it, nothing decoded: the stream's (MP4
+    index), else its Matroska DURATION tag, else the format's."""
     if stream.duration and stream.time_base:
         return float(stream.duration * stream.time_base)
     tag = _clock_seconds(stream.metadata.get("DURATION") or stream.metadata.get("duration"))

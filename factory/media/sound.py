@@ -18,13 +18,13 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import av
 
 from factory.errors import MediaError, PermanentError
 from factory.media.audio import BITRATE, SAMPLE_RATE
 from factory.media.ffmpeg import QUIET, ffmpeg_exe, run, run_output
+from factory.media.probe import declared_duration
 
 MAX_SOUND_SECONDS = 1200.0  # a bed or a cue longer than this is refused at submit
 MAX_SOUND_BYTES = 512 << 20
@@ -64,7 +64,7 @@ def check_sound_file(path: Path) -> str | None:
             if not container.streams.audio:
                 return "holds no audio stream"
             stream = container.streams.audio[0]
-            seconds = _declared_seconds(container, stream)
+            seconds = declared_duration(container, stream)
             if seconds is not None and seconds > MAX_SOUND_SECONDS:
                 return f"is {seconds:.0f} s long; at most {MAX_SOUND_SECONDS:.0f} s"
             decoded = 0.0
@@ -76,14 +76,6 @@ def check_sound_file(path: Path) -> str | None:
                 return "decodes to no sound"
     except (av.FFmpegError, OSError, ValueError) as exc:
         return f"does not decode as audio ({str(exc)[:200]})"
-    return None
-
-
-def _declared_seconds(container: Any, stream: Any) -> float | None:
-    if stream.duration is not None and stream.time_base is not None:
-        return float(stream.duration * stream.time_base)
-    if container.duration is not None:
-        return container.duration / av.time_base
     return None
 
 

@@ -11,11 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from factory.errors import FactoryError
+from factory.job import Job
 from factory.manifest import parse_manifest
 from factory.media.analyze import Reference, analyze
 from factory.media.intermediate import write_segment
@@ -47,12 +49,18 @@ def qc_cuts(ctx, version: int) -> list[dict]:
     return json.loads(ctx.store.path(keys.qc_report("shots", "v", version)).read_text())["cuts"]
 
 
-def test_a_redo_turns_a_cut_into_a_dissolve_and_a_dissolve_into_a_cut(tmp_path: Path):
-    factory, ctx = in_process(tmp_path / "home")
+def delivered(home: Path) -> tuple[Any, Operations, Job]:
+    """The shots video (a cut, then a dissolve) made and delivered as version 1 in HOME."""
+    factory, ctx = in_process(home)
     ops = Operations(factory, dispatcher=lambda found: None)
     job = submit(parse_manifest(MANIFEST), factory.jobs, None).jobs[0]
     job = run_job(ctx, job.job_id, worker="t")
     assert job.stage is Stage.DONE, job.last_error
+    return ctx, ops, job
+
+
+def test_a_redo_turns_a_cut_into_a_dissolve_and_a_dissolve_into_a_cut(tmp_path: Path):
+    ctx, ops, job = delivered(tmp_path / "home")
     cut, dissolve = (shot.start for shot in video_shots(job.video)[1:])
     root = ctx.store.root
     v1 = {r: ctx.store.path(keys.output("shots", "v", r, 1)) for r in job.video.renditions}
@@ -152,12 +160,8 @@ def test_a_redo_turns_a_cut_into_a_dissolve_and_a_dissolve_into_a_cut(tmp_path: 
     assert [c.get("transition") for c in qc_cuts(ctx, 3)] == ["dissolve", None]
 
 
-def test_a_rejected_join_change_puts_the_joins_back(tmp_path: Path):
-    factory, ctx = in_process(tmp_path / "home")
-    ops = Operations(factory, dispatcher=lambda found: None)
-    job = submit(parse_manifest(MANIFEST), factory.jobs, None).jobs[0]
-    job = run_job(ctx, job.job_id, worker="t")
-    assert job.stage is Stage.DONE, job.last_error
+def test_a_cancelled_join_change_puts_the_joins_back(tmp_path: Path):
+    _, ops, job = delivered(tmp_path / "home")
     ops.redo(job.job_id, range_text=None, joins=["2=wipe-left:0.5"], actor="test")
     cancelled = ops.cancel(job.job_id, reason="not this one", actor="test")
     assert cancelled.stage is Stage.DONE and cancelled.version == 1
