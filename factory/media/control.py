@@ -7,6 +7,7 @@ phase correlation (what the procedural generator follows; models read the frames
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +46,11 @@ def control_problem(path: Path) -> str | None:
             seconds = declared_duration(container, stream)
             if seconds is not None and seconds > MAX_CONTROL_SECONDS:
                 return f"is {seconds:.0f} s long; at most {MAX_CONTROL_SECONDS:.0f} s"
-            if next(container.decode(stream), None) is None:
+            decoded = sum(1 for _ in itertools.islice(container.decode(stream), 2))
+            if decoded == 0:
                 return "decodes to no frame"
+            if decoded == 1:
+                return "is a still (one frame): a camera move is a video of the move"
     except (av.FFmpegError, OSError, ValueError) as exc:
         return f"does not decode as video ({str(exc)[:200]})"
     return None

@@ -8,8 +8,12 @@ checked, and files named beside the manifest are put into the store.
   and a changed file is a different job. A bed or a cue must decode as audio, within
   factory/media/sound.py's limits (length, size); a picture as PNG, JPEG or WebP within
   factory/media/images.py's (size, pixels: no decompression bomb).
-- A store key, an `s3://` URL or a `file://` URL must exist now; a store that cannot be
-  reached is an error of its own (exit 1), never a silent pass.
+- A store key, an `s3://` URL or a `file://` URL must exist now; a sound, picture or camera
+  template named so is then checked as a file beside the manifest is, by the same function
+  and words: one whose size as the store reports it is over the kind's limit is refused
+  without a download, else it is fetched once (however many fields name it) to a temporary
+  file, a `file://` one read in place. A LoRA is only looked for. A store that cannot be
+  reached, to look or to fetch, is an error of its own (exit 1), never a silent pass.
 - An asset or model directory outside what the operator allows (FACTORY_ASSET_ROOTS,
   FACTORY_MODEL_ROOTS, FACTORY_ASSET_BUCKETS; factory/infra/confinement.py) is refused before
   anything is looked at.
@@ -26,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -36,9 +41,9 @@ from factory.errors import BadInput, FactoryError, FieldProblem, ManifestError, 
 from factory.generate.families import FAMILIES
 from factory.infra.confinement import Confinement
 from factory.manifest import Manifest, is_local_path
-from factory.media.control import control_problem
-from factory.media.images import image_problem
-from factory.media.sound import check_sound_file
+from factory.media.control import MAX_CONTROL_BYTES, control_problem
+from factory.media.images import MAX_IMAGE_BYTES, image_problem
+from factory.media.sound import MAX_SOUND_BYTES, check_sound_file
 from factory.spec import LoraChoice, VideoSpec
 from factory.store.base import Store
 
@@ -79,10 +84,30 @@ def check(
     base = base_dir if base_dir is not None else _manifest_dir(manifest.source)
     problems: list[FieldProblem] = []
     warnings: list[FieldProblem] = []
+    local_keys, uploads = _checked_assets(_references(manifest), base, open_store,
+                                          confinement, s3, allow_local, problems)  # fmt: skip
+    _check_model_dirs(manifest, confinement, problems, warnings)
+    if problems:
+        raise ManifestError(manifest.source, _first_per_field(problems))
+    videos = tuple(_with_keys(video, local_keys) for video in manifest.videos)
+    return Preflight(replace(manifest, videos=videos), uploads, warnings)
+
+
+def _checked_assets(
+    references: list[_Reference],
+    base: Path,
+    open_store: Callable[[], Store],
+    confinement: Confinement,
+    s3: S3Settings | None,
+    allow_local: bool,
+    problems: list[FieldProblem],
+) -> tuple[dict[str, str], dict[str, Path]]:
+    """Every reference checked (problems added); the content key of each local file, and
+    the files to upload by content key."""
     local_keys: dict[str, str] = {}  # reference -> content key
     uploads: dict[str, Path] = {}
-    remote: dict[str, list[str]] = {}  # reference -> fields naming it
-    for reference in _references(manifest):
+    remote: dict[str, list[_Reference]] = {}  # reference -> the fields naming it
+    for reference in references:
         if is_local_path(reference.value) and not allow_local:
             # A manifest sent over the API has no folder: nothing on the server is read.
             problems.append(FieldProblem(reference.field, (
@@ -99,20 +124,21 @@ def check(
         elif problem := confinement.asset_problem(reference.value):
             problems.append(FieldProblem(reference.field, problem))
         else:
-            remote.setdefault(reference.value, []).append(reference.field)
+            remote.setdefault(reference.value, []).append(reference)
     if remote:
         _check_remote(remote, open_store, s3, problems)
-    _check_model_dirs(manifest, confinement, problems, warnings)
-    if problems:
-        raise ManifestError(manifest.source, _first_per_field(problems))
-    videos = tuple(_with_keys(video, local_keys) for video in manifest.videos)
-    return Preflight(replace(manifest, videos=videos), uploads, warnings)
+    return local_keys, uploads
 
 
 def upload(preflight: Preflight, store: Store) -> int:
     """Put the manifest's local files into the store, once per content; the number put."""
+    return upload_files(preflight.uploads, store)
+
+
+def upload_files(uploads: dict[str, Path], store: Store) -> int:
+    """Local files into the store by content key, each once; the number put."""
     put = 0
-    for key, path in preflight.uploads.items():
+    for key, path in uploads.items():
         info = store.stat(key)
         if info is not None and info.size == path.stat().st_size:
             continue
@@ -189,14 +215,29 @@ def _local_file(base: Path, reference: _Reference, problems: list[FieldProblem])
     return path
 
 
+@dataclass
+class _Remote:
+    """One object in a store, with every field naming it (however each spells it)."""
+
+    store: Store
+    key: str
+    where_text: str
+    named: list[tuple[str, str, Callable[[Path], str | None]]]  # (field, reference, check)
+
+
 def _check_remote(
-    references: dict[str, list[str]],
+    references: dict[str, list[_Reference]],
     open_store: Callable[[], Store],
     s3: S3Settings | None,
     problems: list[FieldProblem],
 ) -> None:
+    """Every remote asset must exist now; a picture, sound or camera template must also be
+    within its size (from the store's stat, not downloaded when over) and decode, checked by
+    the same function as a file beside the manifest, on one download per object."""
     stores: dict[str, Store] = {}
-    for reference, fields in references.items():
+    to_fetch: dict[str, _Remote] = {}  # the object's URL -> what to check on it
+    for reference, naming in references.items():
+        fields = [named.field for named in naming]
         if reference.startswith("file://"):
             path = Path(unquote(urlparse(reference).path))
             if not path.is_file():
@@ -206,27 +247,106 @@ def _check_remote(
                     "store)"
                 )
                 problems += [FieldProblem(where, message) for where in fields]
+                continue
+            try:
+                with open(path, "rb"):
+                    pass
+            except OSError as exc:
+                message = f"{reference} cannot be read: {exc.strerror}"
+                problems += [FieldProblem(where, message) for where in fields]
+                continue
+            asked = [(named.field, reference, check) for named in naming
+                     if (check := _content_check(named)[0]) is not None]  # fmt: skip
+            _check_content(path, asked, problems)  # in place: nothing to download
             continue
         where_text = reference
         try:
             store, key, where_text = _store_for(reference, open_store, s3, stores)
             info = store.stat(key)
         except (FactoryError, OSError) as exc:
-            if isinstance(exc, BadInput):
-                problems += [FieldProblem(where, str(exc)) for where in fields]
-                continue
-            reason = exc.reason if isinstance(exc, RetryableError) else str(exc)
-            raise StoreUnreachable(
-                f"cannot check {fields[0]} ({reference}): {where_text} cannot be reached: {reason}"
-            ) from None
+            _unreachable(exc, reference, fields, where_text, problems)
+            continue
         if info is None:
-            message = f"{reference} does not exist in {where_text}" + (
-                ""
-                if reference.startswith("s3://")
-                else f"; upload it with `factory store put FILE {reference}`, or name a file "
-                "beside the manifest as ./path"
-            )
-            problems += [FieldProblem(where, message) for where in fields]
+            problems += [FieldProblem(where, _absent(reference, where_text)) for where in fields]
+            continue
+        for named in naming:
+            check, limit = _content_check(named)
+            if check is None:
+                continue
+            if info.size > limit:  # the store's word: refused without a download
+                message = f"{reference} is {info.size >> 20} MiB; at most {limit >> 20} MiB"
+                problems.append(FieldProblem(named.field, message))
+                continue
+            url = store.url_for(key)
+            remote = to_fetch.setdefault(url, _Remote(store, key, where_text, []))
+            remote.named.append((named.field, reference, check))
+    for remote in to_fetch.values():
+        with ExitStack() as fetched:
+            try:
+                path = fetched.enter_context(remote.store.local_path(remote.key))
+            except FileNotFoundError:  # gone since it was looked at
+                problems += [FieldProblem(where, _absent(reference, remote.where_text))
+                             for where, reference, _ in remote.named]  # fmt: skip
+                continue
+            except (FactoryError, OSError) as exc:
+                fields = [where for where, _, _ in remote.named]
+                _unreachable(exc, remote.named[0][1], fields, remote.where_text, problems)
+                continue
+            _check_content(path, remote.named, problems)
+
+
+def _content_check(reference: _Reference) -> tuple[Callable[[Path], str | None] | None, int]:
+    """The check a file beside the manifest gets and the byte limit over which the store's
+    stat alone refuses it; (None, 0) for a LoRA, only looked for (nothing decodes one)."""
+    if reference.sound:
+        return check_sound_file, MAX_SOUND_BYTES
+    if reference.picture:
+        return image_problem, MAX_IMAGE_BYTES
+    if reference.control:
+        return control_problem, MAX_CONTROL_BYTES
+    return None, 0
+
+
+def _check_content(
+    path: Path,
+    named: list[tuple[str, str, Callable[[Path], str | None]]],
+    problems: list[FieldProblem],
+) -> None:
+    """Each check once on the file; its problem for every field that asked for it, worded
+    as for a file beside the manifest (the reference as that field spells it)."""
+    found: dict[Callable[[Path], str | None], str | None] = {}
+    for where, reference, check in named:
+        if check not in found:
+            found[check] = check(path)
+        if problem := found[check]:
+            problems.append(FieldProblem(where, f"{reference} {problem}"))
+
+
+def _absent(reference: str, where_text: str) -> str:
+    return f"{reference} does not exist in {where_text}" + (
+        ""
+        if reference.startswith("s3://")
+        else f"; upload it with `factory store put FILE {reference}`, or name a file "
+        "beside the manifest as ./path"
+    )
+
+
+def _unreachable(
+    exc: Exception,
+    reference: str,
+    fields: list[str],
+    where_text: str,
+    problems: list[FieldProblem],
+) -> None:
+    """A reference the store refuses (not a valid key) is the fields' problem; anything else
+    means the store could not be asked: StoreUnreachable, never a silent pass."""
+    if isinstance(exc, BadInput):
+        problems += [FieldProblem(where, str(exc)) for where in fields]
+        return
+    reason = exc.reason if isinstance(exc, RetryableError) else str(exc)
+    raise StoreUnreachable(
+        f"cannot check {fields[0]} ({reference}): {where_text} cannot be reached: {reason}"
+    ) from None
 
 
 def _store_for(
@@ -344,3 +464,26 @@ def _with_keys(video: VideoSpec, keys: dict[str, str]) -> VideoSpec:
 
 def _first_per_field(problems: list[FieldProblem]) -> list[FieldProblem]:
     return list(dict.fromkeys(problems))
+
+
+def check_material(
+    named: list[tuple[str, str, str]],
+    open_store: Callable[[], Store],
+    *,
+    confinement: Confinement,
+    s3: S3Settings | None = None,
+    base_dir: Path | None = None,
+    allow_local: bool = True,
+) -> tuple[dict[str, str], dict[str, Path]]:
+    """Pictures and camera moves a redo swaps in (factory/plan/material.py), checked as a
+    manifest's are: ``named`` is (field, asset, kind: image | camera). The store name of
+    each asset (a local file's content key) and the files to upload; BadInput naming the
+    field of the first problem, or StoreUnreachable."""
+    references = [_Reference(where, value, picture=kind == "image", control=kind == "camera")
+                  for where, value, kind in named]  # fmt: skip
+    problems: list[FieldProblem] = []
+    keys, uploads = _checked_assets(references, base_dir or Path.cwd(), open_store,
+                                    confinement, s3, allow_local, problems)  # fmt: skip
+    if problems:
+        raise BadInput(problems[0].message, field=problems[0].path)
+    return {value: keys.get(value, value) for _, value, _ in named}, uploads

@@ -4,6 +4,7 @@ with its summary, retried with backoff, sent once, never carrying secrets."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +14,7 @@ import pytest
 
 from factory.db.state import JobStateMachine
 from factory.infra.alerts import Alerter, WebhookSettings
+from factory.media.ffmpeg import ffmpeg_exe, run
 from tests.conftest import embedded_env, run_cli
 
 TOKEN = "whk-test-token-8c1d5e"
@@ -57,6 +59,30 @@ def write_manifest(path: Path, head: str, duration: int, videos: list[str]) -> P
     return path
 
 
+def spoil_once_under_way(
+    store: Path, key: str, started: Path
+) -> tuple[threading.Event, threading.Event]:
+    """Watches, in the background, for the first file under STARTED (in the store: `factory
+    run` is past its submit, so the bed was checked there and found good), then replaces the
+    object KEY in the store, in one rename, by bytes that are not audio: the job naming it
+    meets them only in mux. Returns (replaced, stop): set once replaced; set it to stop
+    watching."""
+    replaced, stop = threading.Event(), threading.Event()
+    target = store / key
+
+    def watch() -> None:
+        while not stop.wait(0.01):
+            if started.is_dir() and any(started.iterdir()):
+                spoiled = target.with_name(f".{target.name}.spoiled")  # hidden from listings
+                spoiled.write_bytes(b"this is not a flac file" * 100)
+                os.replace(spoiled, target)
+                replaced.set()
+                return
+
+    threading.Thread(target=watch, daemon=True).start()
+    return replaced, stop
+
+
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
     made = Receiver([503])  # the first delivery attempt fails
@@ -66,19 +92,29 @@ def receiver() -> Iterator[Receiver]:
 
 def test_failure_and_batch_completion_alerts(tmp_path: Path, receiver: Receiver) -> None:
     videos = ["id: ok, prompt: 'a harbor'",
-              "id: broken, prompt: 'a forest', audio: {asset: beds/broken.ogg}"]  # fmt: skip
+              "id: broken, prompt: 'a forest', audio: {asset: beds/sea.flac}"]  # fmt: skip
     manifest = write_manifest(tmp_path / "m.yaml", "batch: alerting", 3, videos)
-    not_audio = tmp_path / "broken.ogg"  # exists (submit checks that), but fails in mux
-    not_audio.write_bytes(b"this is not an ogg file" * 100)
+    bed = tmp_path / "sea.flac"  # real audio: submit fetches and decodes it, and accepts it
+    run([ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i", "sine=frequency=330:duration=3",
+         "-c:a", "flac", str(bed)])  # fmt: skip
+    home = tmp_path / "home"
     env = {
-        **embedded_env(tmp_path / "home"),
+        **embedded_env(home),
         "FACTORY_WEBHOOK_URL": receiver.url,
         "FACTORY_WEBHOOK_TOKEN": TOKEN,
         "FACTORY_WEBHOOK_BACKOFF": "0.1",
         "AWS_SECRET_ACCESS_KEY": AWS_SECRET,
     }
-    assert run_cli("store", "put", str(not_audio), "beds/broken.ogg", env=env).returncode == 0
-    done = run_cli("run", str(manifest), env=env, timeout=300)
+    assert run_cli("store", "put", str(bed), "beds/sea.flac", env=env).returncode == 0
+    # The bed goes bad in the store after submit checked it: once the first job (ok) has a
+    # segment in the store, well before the second (broken) reaches mux, which then fails.
+    store = home / "store"
+    replaced, stop = spoil_once_under_way(store, "beds/sea.flac", store / "alerting" / "ok")
+    try:
+        done = run_cli("run", str(manifest), env=env, timeout=300)
+    finally:
+        stop.set()
+    assert replaced.is_set(), done.stdout + done.stderr  # spoiled while the run was under way
     assert done.returncode == 1, done.stdout + done.stderr  # one job failed
     events = [p["event"] for p in receiver.payloads()]
     assert events == ["job.failed", "job.failed", "batch.completed"]  # first one retried
@@ -96,8 +132,11 @@ def test_failure_and_batch_completion_alerts(tmp_path: Path, receiver: Receiver)
         assert TOKEN.encode() not in body and AWS_SECRET.encode() not in body
         assert headers["Content-Type"] == "application/json"
 
-    again = run_cli("run", str(manifest), env=env, timeout=300)  # cron firing twice
-    assert again.returncode == 1
+    # The bed put right again (the next run's submit checks it): cron firing twice leaves the
+    # failed job failed until it is requeued, and announces the batch no second time.
+    assert run_cli("store", "put", str(bed), "beds/sea.flac", env=env).returncode == 0
+    again = run_cli("run", str(manifest), env=env, timeout=300)
+    assert again.returncode == 1, again.stdout + again.stderr
     assert [p["event"] for p in receiver.payloads()].count("batch.completed") == 1
 
 

@@ -1,20 +1,38 @@
 """Everything a manifest refers to is checked at validate/submit, before any job or GPU second:
 assets beside the manifest go into the store by content, a missing asset or model directory
-is refused naming its field with nothing written, an unreachable store is its own error.
+is refused naming its field with nothing written, an unreachable store is its own error. A
+picture, sound or camera template named remotely (store key, s3://, file://) must decode
+within its limits like a file beside the manifest, downloaded at most once, and not at all
+when the size the store reports is already over the limit.
 Real PostgreSQL, the S3 stand (moto behind nginx with client certificates), real CLI."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import shutil
+import struct
+import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+from PIL import Image
 from sqlalchemy import create_engine, text
 
+from factory.errors import ManifestError, RetryableError
+from factory.infra.confinement import Confinement
+from factory.manifest import load_manifest
+from factory.media.control import MAX_CONTROL_BYTES
+from factory.media.images import MAX_IMAGE_BYTES
+from factory.media.sound import MAX_SOUND_BYTES
+from factory.ops import preflight
+from factory.store.file import FileStore
 from factory.store.s3 import S3Store
 from tests.conftest import REPO, run_cli_here
+from tests.integration.test_camera import pan_template
 from tests.s3stand import free_port
 
 BED = REPO / "examples" / "assets" / "calm-bed.ogg"
@@ -277,3 +295,234 @@ def test_a_lora_beside_the_manifest_goes_into_the_store_and_a_missing_one_is_nam
     assert stored_files(tmp_path / "store") == [key]
     status = json.loads(run_cli_here("status", "lora.v", "--json", env=env).stdout)
     assert status["spec"]["model"]["loras"][0]["asset"] == key
+
+
+# --- pictures, sounds and camera templates named remotely -----------------------------------
+
+
+def png_bytes(size: tuple[int, int] = (64, 40)) -> bytes:
+    raw = io.BytesIO()
+    Image.new("RGB", size, (30, 120, 200)).save(raw, "PNG")
+    return raw.getvalue()
+
+
+def bomb_png() -> bytes:
+    """A 40,000 x 40,000 PNG of a few hundred bytes (as tests/unit/test_images.py makes it)."""
+    data = bytearray(png_bytes((1, 1)))
+    ihdr = data.index(b"IHDR")
+    data[ihdr + 4 : ihdr + 12] = struct.pack(">II", 40000, 40000)
+    crc = zlib.crc32(bytes(data[ihdr : ihdr + 17])) & 0xFFFFFFFF
+    data[ihdr + 17 : ihdr + 21] = struct.pack(">I", crc)
+    return bytes(data)
+
+
+def scenes_manifest(
+    batch: str,
+    first: str | None = None,
+    second: str | None = None,
+    camera: str | None = None,
+    cue: str | None = None,
+    bed: str | None = None,
+) -> str:
+    """One procedural video of two shots; each asset given is named in its field:
+    videos[0].scenes[0].image.asset, .scenes[1].image.asset, .scenes[1].camera.asset,
+    videos[0].audio.cues[0].asset, videos[0].audio.asset."""
+    second_scene = "{start: 3, prompt: a quiet harbor, join: cut"
+    second_scene += f", image: {{asset: '{second}', as: reference}}" if second else ""
+    second_scene += f", camera: {{asset: '{camera}'}}" if camera else ""
+    lines = [
+        f"batch: {batch}",
+        "videos:",
+        "  - id: v",
+        "    duration: 6",
+        "    fps: 12",
+        "    resolution: 320x192",
+        "    segment: {frames: 24, overlap: 4}",
+        "    model: procedural",
+        "    scenes:",
+        "      - {start: 0, prompt: a bright studio"
+        + (f", image: {{asset: '{first}'}}}}" if first else "}"),
+        f"      - {second_scene}}}",
+    ]
+    audio = [f"asset: '{bed}'"] if bed else []
+    audio += [f"cues: [{{at: 1, asset: '{cue}'}}]"] if cue else []
+    lines += [f"    audio: {{{', '.join(audio)}}}"] if audio else []
+    return "\n".join(lines) + "\n"
+
+
+FIRST = "videos[0].scenes[0].image.asset"
+SECOND = "videos[0].scenes[1].image.asset"
+CAMERA = "videos[0].scenes[1].camera.asset"
+CUE = "videos[0].audio.cues[0].asset"
+BED_FIELD = "videos[0].audio.asset"
+
+
+@pytest.mark.parametrize(
+    "case", ["undecodable-picture", "bomb", "undecodable-cue", "bad-camera-by-file-url"]
+)
+def test_a_remote_asset_that_does_not_decode_is_refused_naming_each_field_with_nothing_written(
+    tmp_path: Path, pg_url, case: str
+):
+    env = postgres_env(tmp_path, pg_url)
+    store = FileStore(tmp_path / "store")
+    if case == "undecodable-picture":  # named by both scenes: both fields are named
+        store.put_bytes("pics/three.png", b"PNG")
+        text_ = scenes_manifest(case, first="pics/three.png", second="pics/three.png")
+        said = [f"{FIRST}: pics/three.png does not decode as a picture",
+                f"{SECOND}: pics/three.png does not decode as a picture"]  # fmt: skip
+    elif case == "bomb":
+        store.put_bytes("pics/bomb.png", bomb_png())
+        text_ = scenes_manifest(case, second="pics/bomb.png")
+        said = [f"{SECOND}: pics/bomb.png is a decompression bomb"]
+    elif case == "undecodable-cue":
+        store.put_bytes("cues/noise.ogg", b"OggS and then nothing a decoder could use" * 20)
+        text_ = scenes_manifest(case, cue="cues/noise.ogg")
+        said = [f"{CUE}: cues/noise.ogg does not decode as audio"]
+    else:
+        (tmp_path / "templates").mkdir()
+        (tmp_path / "templates" / "pan.mkv").write_bytes(b"not a video")
+        url = (tmp_path / "templates" / "pan.mkv").as_uri()
+        text_ = scenes_manifest("file-url", camera=url)
+        said = [f"{CAMERA}: {url} does not decode as video"]
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(text_)
+    before = stored_files(tmp_path / "store")
+    for command in ("validate", "submit"):
+        refused = run_cli_here(command, str(manifest), env=env)
+        assert refused.returncode == 2, (command, refused.stderr)
+        for words in said:
+            assert words in refused.stderr, refused.stderr
+    assert job_rows(pg_url, text_.split()[1]) == 0
+    assert stored_files(tmp_path / "store") == before
+
+
+def test_good_remote_pictures_sounds_and_templates_are_accepted(tmp_path: Path, pg_url):
+    env = postgres_env(tmp_path, pg_url)
+    store = FileStore(tmp_path / "store")
+    store.put_bytes("pics/good.png", png_bytes())
+    store.put_file("beds/pulse.ogg", PULSE)
+    pan_template(tmp_path / "pan.mkv")
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(
+        scenes_manifest("good", first="pics/good.png", second="pics/good.png",
+                        camera=(tmp_path / "pan.mkv").as_uri(), cue="beds/pulse.ogg")
+    )  # fmt: skip
+    done = run_cli_here("submit", str(manifest), env=env)
+    assert done.returncode == 0, done.stderr
+    assert job_rows(pg_url, "good") == 1
+    status = json.loads(run_cli_here("status", "good.v", "--json", env=env).stdout)
+    assert status["spec"]["scenes"][0]["image"]["asset"] == "pics/good.png"
+
+
+def test_remote_pictures_on_the_s3_stand_are_decoded_by_key_and_by_s3_url(
+    tmp_path: Path, pg_url, s3_stand, bucket: str
+):
+    url = f"s3://{bucket}/factory"
+    store = S3Store(url, s3_stand.settings())
+    store.put_bytes("pics/three.png", b"PNG")
+    store.put_bytes("pics/bomb.png", bomb_png())
+    store.put_bytes("pics/good.png", png_bytes())
+    env = postgres_env(tmp_path, pg_url, url) | s3_stand.env(url)
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(scenes_manifest("s3pic", "pics/three.png", f"{url}/pics/bomb.png"))
+    for command in ("validate", "submit"):
+        refused = run_cli_here(command, str(manifest), env=env)
+        assert refused.returncode == 2, (command, refused.stderr)
+        assert f"{FIRST}: pics/three.png does not decode as a picture" in refused.stderr
+        assert f"{SECOND}: {url}/pics/bomb.png is a decompression bomb" in refused.stderr
+    manifest.write_text(scenes_manifest("s3pic", f"{url}/pics/three.png", "pics/good.png"))
+    refused = run_cli_here("submit", str(manifest), env=env)
+    assert refused.returncode == 2, refused.stderr
+    assert f"{FIRST}: {url}/pics/three.png does not decode as a picture" in refused.stderr
+    assert SECOND not in refused.stderr  # the good one is not named
+    assert job_rows(pg_url, "s3pic") == 0
+    manifest.write_text(scenes_manifest("s3pic", "pics/good.png", f"{url}/pics/good.png"))
+    done = run_cli_here("submit", str(manifest), env=env)
+    assert done.returncode == 0, done.stderr
+    assert job_rows(pg_url, "s3pic") == 1
+
+
+class Watched:
+    """A real store that notes each object fetched from it (local_path), and can be made to
+    fail there as an unreachable one does."""
+
+    def __init__(self, store: FileStore, fail: Exception | None = None) -> None:
+        self.store, self.url, self.fail = store, store.url, fail
+        self.fetched: list[str] = []
+
+    def __getattr__(self, name: str):
+        return getattr(self.store, name)
+
+    @contextmanager
+    def local_path(self, key: str) -> Iterator[Path]:
+        self.fetched.append(key)
+        if self.fail is not None:
+            raise self.fail
+        with self.store.local_path(key) as path:
+            yield path
+
+
+@pytest.mark.parametrize(
+    ("field", "limit", "key"),
+    [
+        (FIRST, MAX_IMAGE_BYTES, "pics/huge.png"),
+        (CUE, MAX_SOUND_BYTES, "cues/huge.ogg"),
+        (CAMERA, MAX_CONTROL_BYTES, "moves/huge.mkv"),
+    ],
+)
+def test_an_object_over_the_limit_is_refused_by_its_size_without_download(
+    tmp_path: Path, field: str, limit: int, key: str
+):
+    store = FileStore(tmp_path / "store")
+    store.put_bytes(key, b"")
+    with open(store.path(key), "r+b") as out:  # sparse: the size the store reports
+        out.truncate(limit + (1 << 20))
+    watched = Watched(store)
+    arguments = {FIRST: "first", CUE: "cue", CAMERA: "camera"}[field]
+    (tmp_path / "m.yaml").write_text(scenes_manifest("huge", **{arguments: key}))
+    with pytest.raises(ManifestError) as refused:
+        preflight.check(load_manifest(tmp_path / "m.yaml"), lambda: watched,
+                        confinement=Confinement())  # fmt: skip
+    said = f"{key} is {(limit >> 20) + 1} MiB; at most {limit >> 20} MiB"
+    assert [(p.path, p.message) for p in refused.value.problems] == [(field, said)]
+    assert watched.fetched == []
+
+
+def test_each_remote_asset_is_downloaded_once_however_many_fields_name_it(
+    tmp_path: Path, s3_stand, bucket: str, monkeypatch
+):
+    url = f"s3://{bucket}/factory"
+    settings = s3_stand.settings()
+    store = S3Store(url, settings)
+    store.put_bytes("pics/good.png", png_bytes())
+    store.put_file("beds/pulse.ogg", PULSE)
+    fetched: list[str] = []
+    real = S3Store.local_path
+
+    def watched(self: S3Store, key: str):
+        fetched.append(self.url_for(key))
+        return real(self, key)
+
+    monkeypatch.setattr(S3Store, "local_path", watched)
+    (tmp_path / "m.yaml").write_text(
+        scenes_manifest("once", "pics/good.png", f"{url}/pics/good.png",
+                        bed="beds/pulse.ogg", cue="beds/pulse.ogg")
+    )  # fmt: skip
+    checked = preflight.check(
+        load_manifest(tmp_path / "m.yaml"), lambda: S3Store(url, settings),
+        confinement=Confinement(asset_buckets=(bucket,)), s3=settings,
+    )  # fmt: skip
+    assert checked.manifest.videos[0].scenes[0].image.asset == "pics/good.png"
+    assert sorted(fetched) == [f"{url}/beds/pulse.ogg", f"{url}/pics/good.png"]
+
+
+def test_a_store_that_fails_while_an_asset_is_fetched_is_unreachable_not_a_pass(tmp_path: Path):
+    store = FileStore(tmp_path / "store")
+    store.put_bytes("pics/good.png", png_bytes())
+    watched = Watched(store, fail=RetryableError("get: timed out", reason="timed out"))
+    (tmp_path / "m.yaml").write_text(scenes_manifest("down", second="pics/good.png"))
+    with pytest.raises(preflight.StoreUnreachable) as failed:
+        preflight.check(load_manifest(tmp_path / "m.yaml"), lambda: watched,
+                        confinement=Confinement())  # fmt: skip
+    assert f"cannot check {SECOND} (pics/good.png)" in str(failed.value)
+    assert "cannot be reached: timed out" in str(failed.value)
