@@ -50,7 +50,7 @@ DEFAULT_RUN_ON = 1.0
 IMAGE_ROLES = ("first-frame", "reference")
 # The families that can use each kind of picture (docs/manifest.md, "Images").
 IMAGE_FAMILIES = {
-    "first-frame": ("procedural", "skyreels-v2-df", "wan", "ltx-video"),
+    "first-frame": ("procedural", "skyreels-v2-df", "wan", "ltx-video", "helios", "anyflow-far"),
     "reference": ("procedural", "wan"),
 }
 IMAGE_FITS = ("pad", "crop")
@@ -71,7 +71,7 @@ class SceneImage:
 
 CAMERA_FITS = ("stretch", "loop")
 # The families that can follow a camera-move template (docs/manifest.md, "Camera moves").
-CAMERA_FAMILIES = ("procedural", "wan")
+CAMERA_FAMILIES = ("procedural", "wan", "ltx-video")
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,9 @@ its first `context` frames, which the stitcher then blends.
 - `wan`: a Wan2.1 VACE directory; the extension gives VACE the tail as its conditioning video
   with a mask that keeps those frames and generates the rest (see docs/models.md for why
   VACE rather than image-to-video from the last frame).
-- `ltx-video`: LTXConditionPipeline with the tail as a video condition at frame 0.
+- `ltx-video`: LTXConditionPipeline with the tail as a video condition at frame 0 (a camera
+  move: its template's frames as a video condition at frame 0 too, of the move's strength,
+  given before the tail, which keeps its frames).
 
 LoRAs named by a job (`model.lora` in the manifest) are fetched through the node's asset
 cache, loaded once per process as named adapters and weighted per job (docs/models.md).
@@ -416,15 +418,30 @@ class LtxCondition(DiffusersGenerator):
 
         common = self._common(seg, count, embeds, generator)
         common.update(frame_rate=seg.fps, max_sequence_length=self.family.max_sequence_length)
+        # A camera move: the template's frames, one per generated frame (the last one held to
+        # the model's 8k+1 count), as a video condition at frame 0 of `control_strength`.
+        # It goes first: the pipeline applies conditions in order, each setting the latent
+        # frames it covers and their mask, so the tail (or the shot's first picture) given
+        # after it keeps the frames it conditions at strength 1, as without a camera move.
+        moved = [] if seg.control is None else [_ltx_control(seg, count, LTXVideoCondition)]
         if context is None and (picture := _first_frame(seg)) is not None:
             start = LTXVideoCondition(image=picture, frame_index=0, strength=1.0)
-            return self.pipe(conditions=[start], **common).frames[0]
-        if context is None:
+            return self.pipe(conditions=[*moved, start], **common).frames[0]
+        if context is None and not moved:
             return self.pipe(**common).frames[0]
+        if context is None:
+            return self.pipe(conditions=moved, **common).frames[0]
         condition = LTXVideoCondition(
             video=_pictures(context[-seg.context :]), frame_index=0, strength=1.0
         )
-        return self.pipe(conditions=[condition], **common).frames[0]
+        return self.pipe(conditions=[*moved, condition], **common).frames[0]
+
+
+def _ltx_control(seg: SegmentSpec, count: int, condition: Any) -> Any:
+    """The segment's camera-move frames as an LTX video condition over all `count` frames."""
+    frames = _pictures(seg.control[:count])
+    frames += frames[-1:] * max(0, count - len(frames))
+    return condition(video=frames, frame_index=0, strength=float(seg.control_strength))
 
 
 GENERATORS: dict[str, type[DiffusersGenerator]] = {

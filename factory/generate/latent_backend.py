@@ -16,6 +16,15 @@ segment), so a cold worker continues exactly where the last one stopped:
   window the segments equal one call given the same noise, bit for bit; past it the context
   slides (what the checkpoint was tuned for) and resuming stays exact.
 
+A shot that starts from a picture (a scene's `first-frame`, SegmentSpec.image): Helios takes it
+as its image-to-video does: the picture's latent is the anchor of every chunk of the shot
+(carried as the anchor, so the shot's later segments keep it) and the picture held for a
+chunk is the history before its first chunk (carried at the head of the history), both
+encoded and noised as the pipeline does with `image=`: the segments equal one `image=` call
+of the whole length. AnyFlow-FAR takes it as its image-to-video does, a 1-frame `video=`
+context that fills the partition's first chunk (1 latent frame): the segment's first latent
+frame is the picture's, carried like any other.
+
 Decoding: the pipelines decode each chunk on its own (the chunk's first latent frame becomes
 one picture), which leaves a visible seam every chunk. The factory decodes a segment's new
 latents after `decode_context` latent frames of the previous segment, so the causal VAE runs
@@ -37,12 +46,20 @@ import numpy as np
 
 from factory.errors import PermanentError
 from factory.generate.base import Frames, PromptEmbedding, SegmentSpec
-from factory.generate.diffusers_backend import DiffusersGenerator, _stop_between_steps
+from factory.generate.diffusers_backend import (
+    DiffusersGenerator,
+    _first_frame,
+    _stop_between_steps,
+)
 from factory.generate.model_dir import PYRAMID_SIZE_MULTIPLE, helios_variant
 
 log = logging.getLogger(__name__)
 
 HELIOS_HISTORY = (16, 2, 1)  # latent frames of long, mid and short history (the released)
+# The noise Helios's image-to-video puts on an encoded picture (sigma drawn in this range; the
+# pipelines' `image_noise_sigma_*` and, on the picture held for a chunk, `video_noise_sigma_*`).
+HELIOS_PICTURE_NOISE = (0.111, 0.135)
+HELIOS_HELD_NOISE = (0.111, 0.135)
 CARRY_VERSION = "1"
 
 
@@ -131,7 +148,11 @@ class LatentGenerator(DiffusersGenerator):
             return latents, extra, frames
 
         latents, extra, frames = self._measured(seg, f"{new} latent frames", seed, run)
-        history = latents if previous is None else torch.cat([previous.to(latents), latents], 2)
+        # What the next segment's history starts with: the latents carried in, or for a shot
+        # that started from a picture, what its first call had before its own (Helios: the
+        # picture held for a chunk).
+        before = extra.pop("before", None) if previous is None else previous
+        history = latents if before is None else torch.cat([before.to(latents), latents], 2)
         keep = max(self.history_latents(new), self.family.decode_context)
         tensors = {"latents": history[:, :, -keep:].float(), **extra}
         carried = carry_to_bytes(
@@ -304,6 +325,11 @@ class Helios(LatentGenerator):
             # Amplified steps belong to a generation's first chunk only (the pipeline's own
             # rule): the video's, and each shot's, which starts from nothing as the video does.
             kwargs["is_amplify_first_chunk"] = seg.starts_shot
+        picture = _first_frame(seg) if seg.starts_shot else None
+        if picture is not None:
+            start, held = self._picture_latents(picture, seg, generator)
+            kwargs.update(image_latents=start, fake_image_latents=held,
+                          add_noise_to_image_latents=False)  # fmt: skip
         if not seg.starts_shot:
             history = state["latents"][:, :, -sum(HELIOS_HISTORY) :]
             # Clean history and a given anchor: the pipeline's defaults re-noise both (for an
@@ -317,8 +343,50 @@ class Helios(LatentGenerator):
         with _no_chunk_decode(self.pipe):
             out = self.pipe(**kwargs).frames
         latents = out[:, :, -new:]  # the output starts with the history it was given
-        anchor = latents[:, :, :1] if seg.starts_shot else state["anchor"]
-        return latents, {"anchor": anchor.float(), "rng": generator.get_state()}
+        if picture is not None:  # the picture's latent stays the anchor of the whole shot
+            anchor = kwargs["image_latents"]
+        else:
+            anchor = latents[:, :, :1] if seg.starts_shot else state["anchor"]
+        extra = {"anchor": anchor.float(), "rng": generator.get_state()}
+        if picture is not None:
+            extra["before"] = kwargs["fake_image_latents"].float()
+        return latents, extra
+
+    def _picture_latents(self, picture: Any, seg: SegmentSpec, generator: Any) -> tuple[Any, Any]:
+        """The shot's first picture as Helios's image-to-video (`image=`) makes it ready, with
+        the pipeline's own encode (`prepare_image_latents`, drawing from `generator`) and its
+        default noise on an encoded picture: the picture's latent (the anchor every chunk of
+        the shot is conditioned on) and the last latent frame of the picture held for a chunk
+        (the history the first chunk continues). Done here rather than by `image=` so that the
+        anchor is known, to carry to the shot's later segments, and so that the noise is drawn
+        from the CPU generator on any device (the pipeline's `torch.rand(device=...)` does not
+        take a CPU generator on CUDA); on the CPU the draws are the pipeline's own, in order."""
+        import torch
+        from diffusers.utils.torch_utils import randn_tensor
+
+        pipe, device = self.pipe, self.device
+        vae = pipe.vae
+        shape = (1, vae.config.z_dim, 1, 1, 1)
+        mean = torch.tensor(vae.config.latents_mean).view(shape).to(device, vae.dtype)
+        std = 1.0 / torch.tensor(vae.config.latents_std).view(shape).to(device, vae.dtype)
+        image = pipe.video_processor.preprocess(picture, height=seg.height, width=seg.width)
+        start, held = pipe.prepare_image_latents(
+            image,
+            latents_mean=mean,
+            latents_std=std,
+            num_latent_frames_per_chunk=self.family.chunk_latents,
+            dtype=torch.float32,
+            device=device,
+            generator=generator,
+        )
+
+        def noised(latents: Any, sigmas: tuple[float, float]) -> Any:
+            low, high = sigmas
+            sigma = (torch.rand(1, generator=generator) * (high - low) + low).to(device)
+            noise = randn_tensor(latents.shape, generator=generator, device=torch.device(device))
+            return sigma * noise + (1 - sigma) * latents
+
+        return noised(start, HELIOS_PICTURE_NOISE), noised(held, HELIOS_HELD_NOISE)
 
 
 @contextmanager
@@ -381,6 +449,7 @@ class AnyFlowFar(LatentGenerator):
             context, context_parts = _context(state, self.window - new)
             parts = [chunk] * (new // chunk)
         taken = sum(context_parts)
+        picture = self._picture(seg) if seg.starts_shot else None
         h, w = (
             seg.height // self.pipe.vae_scale_factor_spatial,
             seg.width // self.pipe.vae_scale_factor_spatial,
@@ -390,7 +459,10 @@ class AnyFlowFar(LatentGenerator):
             (1, channels, new, h, w), generator=torch.Generator("cpu").manual_seed(seed)
         )
         latents_in = torch.cat([torch.zeros(1, channels, taken, h, w), noise], 2)
+        # The shot's first picture: its first chunk, as context (the noise drawn for it unused).
+        pictured = {} if picture is None else {"video": picture}
         out = self.pipe(
+            **pictured,
             prompt_embeds=embeds["prompt_embeds"],
             negative_prompt_embeds=embeds.get("negative_prompt_embeds")
             if self.guidance > 1
@@ -408,12 +480,29 @@ class AnyFlowFar(LatentGenerator):
             output_type="latent",
             callback_on_step_end=_stop_between_steps,
         ).frames
-        latents = out[:, :, taken:]  # the output starts with its context
+        latents = out[:, :, taken:]  # the output starts with its context (or the picture)
         history_parts = [
             int(p) for p in state.get("parts", torch.tensor([], dtype=torch.int64)).tolist()
         ]
         all_parts = ([] if seg.starts_shot else history_parts) + parts
         return latents, {"parts": torch.tensor(_suffix(all_parts, self.window), dtype=torch.int64)}
+
+    def _picture(self, seg: SegmentSpec) -> Any | None:
+        """The shot's first picture as AnyFlow-FAR's image-to-video takes it: a 1-frame
+        `video` (B, T, C, H, W in 0..1), encoded (the posterior mean) into the first chunk of
+        the partition, a chunk of 1 latent frame in the released checkpoints: the segment's
+        first latent frame is the picture's, and the rest continue from it."""
+        if seg.image is None or seg.image_role != "first-frame":
+            return None
+        import torch
+
+        if self.partition[0] != 1:
+            raise PermanentError(
+                f"{self.name}: {self.model.path} is tuned for a first chunk of "
+                f"{self.partition[0]} latent frames; a first-frame picture fills one"
+            )
+        pixels = torch.from_numpy(np.array(seg.image, np.uint8)).permute(2, 0, 1)  # a copy
+        return (pixels.float() / 255)[None, None]  # the pipeline moves it to its device
 
 
 def _suffix(parts: list[int], limit: int) -> list[int]:

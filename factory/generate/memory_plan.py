@@ -301,7 +301,8 @@ def plan(
 ) -> MemoryPlan:
     """`first_frame`, `reference_images`, `control`: what a scene brings (docs/manifest.md,
     "Images", "Camera moves"): a picture to start from, VACE reference pictures (a latent
-    frame each, ahead of the segment's), a camera move (VACE's control frames, VAE-encoded)."""
+    frame each, ahead of the segment's), a camera move (VACE's control frames, or LTX-Video's
+    video condition, VAE-encoded)."""
     _check_material(family, first_frame, reference_images, control)
     frames = _segment_frames(family, width, height, frames)
     configs = _configs(family, model_dir, size)
@@ -336,20 +337,32 @@ def _material_lines(
     vae_tiling: bool, first_frame: bool, references: int, control: bool,
 ) -> list[Line]:  # fmt: skip
     """The VAE encodes of what a scene brings (estimates, as the tail encode's): a first
-    frame and each reference picture is one frame; a camera move is the segment's frames,
-    4 at a time (Wan's causal VAE), with the template's frames held in float32."""
+    frame and each reference picture is one frame (Helios also encodes the first frame held
+    for a chunk, 33 frames, 4 at a time); a camera move is the segment's frames,
+    4 at a time (Wan's causal VAE) or the whole clip at once (LTX-Video's VAE, in chunks of
+    16 frames with tiling, as its decode), with the template's frames held in float32."""
     bf16, live = 2, 6
     vcfg = dict(modules["vae"].config) if "vae" in modules else {}
     channels = vcfg.get("base_dim", 96)
     pixels = min(width * height, 512 * 512) if vae_tiling else width * height
     one_frame = pixels * channels * bf16 * live
     lines = []
-    if first_frame:
+    if first_frame and family == "helios":  # also encoded held for a chunk (33 frames)
+        held = 33 * width * height * 3 * 4
+        lines.append(Line("first frame (VAE encode, held for a chunk)", 4 * one_frame + held,
+                          True, "estimate"))  # fmt: skip
+    elif first_frame:
         lines.append(Line("first frame (VAE encode)", one_frame, True, "estimate"))
     if references:
         lines.append(Line(f"reference pictures x{references} (VAE encode)",
                           references * one_frame, True, "estimate"))  # fmt: skip
-    if control:
+    if control and family == "ltx-video":
+        held = frames * width * height * 3 * 4
+        ltx_channels = (vcfg.get("block_out_channels") or (128,))[0]
+        encoded = (min(frames, 16) if vae_tiling else frames) * pixels * ltx_channels * bf16 * 2
+        lines.append(Line("camera move (video condition, VAE encode)", encoded + held, True,
+                          "estimate"))  # fmt: skip
+    elif control:
         held = frames * width * height * 3 * 4
         lines.append(Line("camera move (control frames, VAE encode)", 4 * one_frame + held,
                           True, "estimate"))  # fmt: skip

@@ -52,7 +52,8 @@ def texture_picture(path: Path) -> None:
 def manifest(folder: Path, family: str = "procedural", strength: float = 1.0) -> Path:
     path = folder / "m.yaml"
     model = "procedural" if family == "procedural" else f"{{family: {family}, path: /models/x}}"
-    segment = "{frames: 25, overlap: 9}" if family == "ltx-video" else "{frames: 24, overlap: 4}"
+    segment = {"ltx-video": "{frames: 25, overlap: 9}", "skyreels-v2-df": "{frames: 21, overlap: 5}"
+               }.get(family, "{frames: 24, overlap: 4}")  # fmt: skip
     path.write_text(
         f"batch: cam\nvideos:\n  - id: v\n    duration: 6\n    fps: {FPS}\n"
         f"    resolution: {WIDTH}x{HEIGHT}\n    segment: {segment}\n    renditions: [mobile]\n"
@@ -94,10 +95,10 @@ def test_a_family_without_control_and_a_bad_template_are_refused(tmp_path: Path)
     pan_template(tmp_path / "pan.mkv")
     texture_picture(tmp_path / "wall.png")
     env = home_env(tmp_path / "home")
-    refused = run_cli_here("validate", str(manifest(tmp_path, "ltx-video")), env=env)
+    refused = run_cli_here("validate", str(manifest(tmp_path, "skyreels-v2-df")), env=env)
     assert refused.returncode == 2
-    assert ("videos[0].scenes[1].camera: ltx-video cannot follow a camera move; families "
-            "that can: procedural, wan") in refused.stderr  # fmt: skip
+    assert ("videos[0].scenes[1].camera: skyreels-v2-df cannot follow a camera move; families "
+            "that can: procedural, wan, ltx-video") in refused.stderr  # fmt: skip
     (tmp_path / "pan.mkv").write_bytes(b"not a video")
     refused = run_cli_here("submit", str(manifest(tmp_path)), env=env)
     assert refused.returncode == 2

@@ -41,7 +41,8 @@ def pictures(folder: Path) -> None:
 
 def manifest(folder: Path, family: str = "procedural", first_join: str = "cut") -> Path:
     path = folder / "m.yaml"
-    model = "procedural" if family == "procedural" else f"{{family: {family}, path: /models/x}}"
+    model = {"procedural": "procedural", "timed": "{family: timed, seconds_per_segment: 0.1}"
+             }.get(family, f"{{family: {family}, path: /models/x}}")  # fmt: skip
     segment = {"procedural": "{frames: 24, overlap: 4}", "ltx-video": "{frames: 25, overlap: 9}",
                "helios": "{frames: 41, overlap: 5}"}  # fmt: skip
     segment = segment.get(family, "{frames: 21, overlap: 5}")
@@ -97,9 +98,15 @@ def test_a_first_frame_and_a_reference_picture_are_honoured(tmp_path: Path):
         (
             "helios",
             "cut",
+            "videos[0].scenes[1].image.as",
+            "helios cannot use a reference picture; families that can: procedural, wan",
+        ),
+        (
+            "timed",
+            "cut",
             "videos[0].scenes[0].image.as",
-            "helios cannot use a first-frame picture; families that can: procedural, "
-            "skyreels-v2-df, wan, ltx-video",
+            "timed cannot use a first-frame picture; families that can: procedural, "
+            "skyreels-v2-df, wan, ltx-video, helios, anyflow-far",
         ),
         ("procedural", "continue", None, None),  # a reference picture may continue a shot
     ],
