@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from factory.spec import VideoSpec, with_joins
+from factory.spec import VideoSpec, with_joins, with_material
 from factory.stages import Action, Stage, allowed_actions
 
 
@@ -42,13 +42,24 @@ class Job:
     @functools.cached_property
     def video(self) -> VideoSpec:
         """The spec as every stage must read it: as submitted, with the joins between shots
-        a redo changed (factory/plan/rejoin.py)."""
+        (factory/plan/rejoin.py) and the pictures and camera moves (factory/plan/material.py)
+        redos changed."""
+        return self.video_with_material(self.progress.get("material"))
+
+    def video_with_material(self, material: dict[str, Any] | None) -> VideoSpec:
+        """The spec with the job's joins and the given swapped material (``progress.material``
+        as it was when an operation of the lineage ran: what that operation made segments
+        with, factory/pipeline/lineage.py)."""
         from factory.manifest import StoredSpecError
 
         try:
-            return with_joins(self.video_as_submitted, self.progress.get("joins"))
+            joined = with_joins(self.video_as_submitted, self.progress.get("joins"))
         except (KeyError, TypeError, ValueError) as exc:
             raise StoredSpecError(f"job {self.job_id}: progress.joins: {exc}") from exc
+        try:
+            return with_material(joined, material)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoredSpecError(f"job {self.job_id}: progress.material: {exc}") from exc
 
     @functools.cached_property
     def video_as_submitted(self) -> VideoSpec:

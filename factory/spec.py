@@ -383,3 +383,40 @@ def with_joins(video: VideoSpec, joins: Mapping[str, Any] | None) -> VideoSpec:
             scenes[scene], join=join, transition_seconds=seconds, made_run_on=made[scene]
         )
     return replace(video, scenes=tuple(scenes))
+
+
+def with_material(video: VideoSpec, material: Mapping[str, Any] | None) -> VideoSpec:
+    """The spec with the pictures and camera moves a redo swapped (``progress.material``,
+    factory/plan/material.py) in place of the manifest's: per scene, `image` and `camera`
+    where given (null: removed). ValueError, KeyError or TypeError for an entry that is not
+    such material, or that names a file on some host rather than store content."""
+    if not material:
+        return video
+    scenes = list(video.scenes)
+    for key, entry in material.items():
+        scene = int(key)
+        if not 0 <= scene < len(scenes) or not set(entry) <= {"image", "camera"}:
+            raise ValueError(f"scene {key}: {sorted(entry)} is not image and camera material")
+        changed = {}
+        if "image" in entry:
+            found = entry["image"]
+            changed["image"] = (SceneImage(_stored_asset(found["asset"]), found["as"])
+                                if found is not None else None)  # fmt: skip
+            if found is not None and found["as"] not in IMAGE_ROLES:
+                raise ValueError(f"scene {scene}: {found['as']!r} is not a picture's role")
+        if "camera" in entry:
+            moved = entry["camera"]
+            changed["camera"] = (CameraMove(_stored_asset(moved["asset"]),
+                                            float(moved["strength"]), moved["fit"])
+                                 if moved is not None else None)  # fmt: skip
+            if moved is not None and (moved["fit"] not in CAMERA_FITS
+                                      or not 0 <= float(moved["strength"]) <= 1):  # fmt: skip
+                raise ValueError(f"scene {scene}: {moved!r} is not a camera move")
+        scenes[scene] = replace(scenes[scene], **changed)
+    return replace(video, scenes=tuple(scenes))
+
+
+def _stored_asset(asset: Any) -> str:
+    if not isinstance(asset, str) or not asset or asset.startswith(("/", ".", "~")):
+        raise ValueError(f"{asset!r} is not store content")
+    return asset

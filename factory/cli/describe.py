@@ -84,7 +84,12 @@ def _redid(redo: dict[str, Any]) -> str:
             f"scene {j['scene']} {j['from']} -> {j['to']}" for j in redo.get("joins", ())
         )
     start, end = redo.get("range") or (redo["start"], redo["end"])
-    return f"redo {start:g}-{end:g} s, segments {redo['segments'][0]}-{redo['segments'][-1]}"
+    said = f"redo {start:g}-{end:g} s, segments {redo['segments'][0]}-{redo['segments'][-1]}"
+    if swapped := redo.get("material"):  # pictures or camera moves (factory/plan/material.py)
+        said += "; material changed: " + ", ".join(
+            f"scene {m['scene']} {m['kind']} {m['from']} -> {m['to']}" for m in swapped
+        )
+    return said
 
 
 def _decision_lines(view: JobView) -> list[tuple[str, str]]:

@@ -30,6 +30,19 @@ def redo(
         help="SCENE=cut or SCENE=TRANSITION:SECONDS: change how that scene's shot joins the "
         "one before (2=dissolve:1.5); nothing is generated again. Repeatable; not with --range.",
     ),
+    image: list[str] = typer.Option(
+        [],
+        "--image",
+        help="SCENE=PICTURE[,as=first-frame|reference] or SCENE=none: swap that scene's "
+        "picture and make its segments again (keeping their seeds). Repeatable; not with "
+        "--range.",
+    ),
+    camera: list[str] = typer.Option(
+        [],
+        "--camera",
+        help="SCENE=TEMPLATE[,strength=0..1][,fit=stretch|loop] or SCENE=none: swap that "
+        "scene's camera move and make its segments again. Repeatable; not with --range.",
+    ),
     new_seed: bool = typer.Option(
         False,
         "--new-seed",
@@ -50,14 +63,15 @@ def redo(
     """Make the segments that cover a time range again, join them into the untouched rest,
     encode only the chunks that changed, check the whole video and deliver it as a new
     version beside the old one (which stays delivered if the new one fails QC). With
-    --join: change a cut or transition between shots instead, from frames already made."""
+    --join: change a cut or transition between shots instead, from frames already made. With
+    --image / --camera: swap a scene's picture or camera move and make that scene again."""
     ops = common.operations()
     if dry_run:
-        _print_plan(ops, job_id, time_range, cascade, join, as_json)
+        _print_plan(ops, job_id, time_range, cascade, join, image, camera, as_json)
         return
     plan, job = ops.redo(job_id, range_text=time_range, actor=local_actor(), seed=seed,
                          new_seed=new_seed, prompt=prompt, reason=reason,
-                         cascade=cascade, joins=join)  # fmt: skip
+                         cascade=cascade, joins=join, images=image, cameras=camera)  # fmt: skip
     seed = job.progress["redo"]["seed"]
     if not as_json:
         for line in plan.describe(job.video.fps):
@@ -84,10 +98,11 @@ def redo(
 
 def _print_plan(
     ops: Operations, job_id: str, time_range: str | None, cascade: bool, joins: list[str],
-    as_json: bool,
+    images: list[str], cameras: list[str], as_json: bool,
 ) -> None:  # fmt: skip
-    """`--dry-run`: the plan, and nothing changed."""
-    job, plan = ops.redo_plan(job_id, range_text=time_range, cascade=cascade, joins=joins)
+    """`--dry-run`: the plan, and nothing changed (a swapped file is checked, not stored)."""
+    job, plan = ops.redo_plan(job_id, range_text=time_range, cascade=cascade, joins=joins,
+                              images=images, cameras=cameras)  # fmt: skip
     if as_json:
         sys.stdout.write(json.dumps(plan.to_dict(), indent=2) + "\n")
         return

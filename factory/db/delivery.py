@@ -47,6 +47,7 @@ class Delivery(MachineCore):
                     "chunks": redo["chunks"], "reason": redo.get("reason", ""),
                     **({"before": redo["before"]} if "before" in redo else {}),
                     **({"joins": redo["joins"]} if redo.get("joins") else {}),
+                    **({"material": redo["material"]} if redo.get("material") else {}),
                 }  # fmt: skip
                 actor = redo.get("actor", "")
             else:

@@ -28,13 +28,15 @@ class RedoActions(MachineCore):
     def start_redo(
         self, job_id: str, *, plan: dict[str, Any], seed: int | None, prompt: str | None,
         reason: str, actor: str, joins: dict[str, Any] | None = None,
+        material: dict[str, Any] | None = None,
     ) -> Job:  # fmt: skip
         """A delivered job goes back to `generate` for the plan's segments only: they leave
         ``progress.segments`` (the generate stage makes exactly those again, each from the
         stored tail before it), the later stages start afresh, and the delivery stays as it
         is until the new version passes QC. Fenced like requeue (attempt + 1). A plan without
         segments changes `joins` between shots (factory/plan/rejoin.py): the job goes to
-        `encode` with them as ``progress.joins``."""
+        `encode` with them as ``progress.joins``. ``material``: ``progress.material`` as a
+        redo that swaps a scene's picture or camera move leaves it (factory/plan/material.py)."""
         with self.database.transaction() as conn:
             job = self._read(conn, job_id, lock=True)
             if Action.REDO not in job.actions and job.stage is not Stage.DONE:
@@ -90,6 +92,8 @@ class RedoActions(MachineCore):
                     progress["prompts"] = give(progress.get("prompts"), first, end, prompt)
             if joins is not None:
                 progress["joins"] = joins
+            if material is not None:
+                progress["material"] = material
             stage = Stage.GENERATE if redone else Stage.ENCODE
             progress["redo"] = {
                 **plan, "seed": seed, "prompt": prompt, "reason": reason, "actor": actor,
@@ -97,7 +101,7 @@ class RedoActions(MachineCore):
                 "previous": previous, "restore": restore,
                 # What the version before was made with: making this version again from
                 # nothing replays its join from that past (factory/pipeline/lineage.py).
-                "before": {k: job.progress.get(k) for k in ("seeds", "prompts", "anchor")},
+                "before": {k: job.progress.get(k) for k in _LINEAGE_KEYS},
             }  # fmt: skip
             progress["timings"] = {stage.value: {"started_at": now.isoformat()}}
             conn.execute(
@@ -114,6 +118,7 @@ class RedoActions(MachineCore):
                 **({"seed": seed} if seed is not None else {}),
                 **({"prompt": prompt} if prompt else {}),
                 **({"joins": plan["joins"]} if plan.get("joins") else {}),
+                **({"material": plan["material"]} if plan.get("material") else {}),
             }  # fmt: skip
             self._event(conn, job_id, stage, "redo.planned", job.attempt + 1,
                         job.trace_id, detail)  # fmt: skip
@@ -163,8 +168,11 @@ class RedoActions(MachineCore):
         return self._settled(conn, self._read(conn, job.job_id))
 
 
+# What the version before a redo was made with (factory/pipeline/lineage.py).
+_LINEAGE_KEYS = ("seeds", "prompts", "anchor", "material")
 # Progress keys a redo replaces and a discarded redo puts back as they were before it.
-_REDO_RESTORES = ("encode", "mux", "qc", "review", "seeds", "prompts", "timings", "joins")
+_REDO_RESTORES = ("encode", "mux", "qc", "review", "seeds", "prompts", "timings", "joins",
+                  "material")  # fmt: skip
 
 
 def _segment_row(row: Any) -> dict[str, Any]:

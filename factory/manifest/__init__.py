@@ -475,6 +475,14 @@ def _check_images(spec: VideoSpec, here: str, problems: list[FieldProblem]) -> b
     return len(problems) == found
 
 
+def material_problems(spec: VideoSpec) -> list[FieldProblem]:
+    """What breaks the rules for pictures and camera moves in a spec (`_check_images`): a redo
+    that swaps them (factory/plan/material.py) is held to the manifest's rules."""
+    problems: list[FieldProblem] = []
+    _check_images(spec, "video", problems)
+    return problems
+
+
 def _check_unique_ids(videos: list[VideoSpec | None], problems: list[FieldProblem]) -> None:
     first_index: dict[str, int] = {}
     for index, video in enumerate(videos):

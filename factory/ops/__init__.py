@@ -49,6 +49,7 @@ if TYPE_CHECKING:  # manifests, preflight and submit are imported where a manife
     from factory.config import Settings
     from factory.manifest import Manifest
     from factory.ops import preflight
+    from factory.ops.material import MaterialRedo
     from factory.ops.submit import Submitted
 
 Dispatcher = Callable[[list[Job]], None]
@@ -233,33 +234,56 @@ class Operations:
         return BatchForecast(result, needed, len(history.samples))
 
     def redo_plan(
-        self, job_id: str, *, range_text: str | None, cascade: bool, joins: Sequence[str] = ()
-    ) -> tuple[Job, RedoPlan]:
-        """What a redo of `range_text` would make again, join, encode and cost, or what one
-        that changes `joins` between shots (`2=dissolve:1.5`) would encode again (nothing is
-        written: `factory redo --dry-run` prints it)."""
-        from factory.plan.chunks import chunk_keyframes, plan_chunks
-        from factory.plan.video import video_plan
-
-        _one_kind_of_redo(range_text, joins)
+        self, job_id: str, *, range_text: str | None, cascade: bool, joins: Sequence[str] = (),
+        images: Sequence[str] = (), cameras: Sequence[str] = (), remote: bool = False,
+    ) -> tuple[Job, RedoPlan]:  # fmt: skip
+        """What a redo of `range_text` would make again, join, encode and cost; what one that
+        changes `joins` between shots (`2=dissolve:1.5`) would encode again; or what one that
+        swaps scenes' `images` or `cameras` (`1=./product.png`) would make again (nothing is
+        written: `factory redo --dry-run` prints it). `remote`: asked over the API."""
+        _one_kind_of_redo(range_text, joins, images, cameras)
         job = self.machine.get(job_id)
         if joins:
             return job, self._rejoin_plan(job, joins)[0]
+        if images or cameras:
+            return job, self._material_redo(job, images, cameras, cascade, remote).plan
         assert range_text is not None
+        start, end = parse_range(range_text, job.video.duration)
+        return job, self._range_plan(job, start, end, cascade)
+
+    def _range_plan(
+        self, job: Job, start: float, end: float, cascade: bool,
+        span: tuple[int, int] | None = None,
+    ) -> RedoPlan:  # fmt: skip
+        from factory.plan.chunks import chunk_keyframes, plan_chunks
+        from factory.plan.video import video_plan
+
         video = job.video
-        start, end = parse_range(range_text, video.duration)
         planned = plan_chunks(video)
         outgoing = {c.index: c.blend.outgoing if c.blend else () for c in planned}
         chunks = [(c.index, tuple(s.index for s in c.segments + outgoing[c.index]))
                   for c in planned]  # fmt: skip
         keyframes = {c.index: chunk_keyframes(video, c) for c in planned}
-        seconds = {i: r.seconds for i, r in self.machine.segments(job_id).items()}
+        seconds = {i: r.seconds for i, r in self.machine.segments(job.job_id).items()}
         # What it would be delivered as if nothing else were delivered first (taken again
         # under the job's lock when the redo starts, and when it is delivered).
-        plan = plan_redo(video, video_plan(video), chunks, seconds, start=start, end=end,
-                         cascade=cascade, version=self.machine.next_version(job_id),
-                         keyframes=keyframes)  # fmt: skip
-        return job, plan
+        return plan_redo(video, video_plan(video), chunks, seconds, start=start, end=end,
+                         cascade=cascade, version=self.machine.next_version(job.job_id),
+                         keyframes=keyframes, span=span)  # fmt: skip
+
+    def _material_redo(
+        self, job: Job, images: Sequence[str], cameras: Sequence[str], cascade: bool,
+        remote: bool,
+    ) -> MaterialRedo:  # fmt: skip
+        from factory.ops.material import plan_material_redo
+
+        fps = job.video.fps
+
+        def plan_range(found: Job, span: tuple[int, int], frames: tuple[int, int]) -> RedoPlan:
+            return self._range_plan(found, frames[0] / fps, frames[1] / fps, cascade, span)
+
+        return plan_material_redo(job, images, cameras, self.settings, plan_range,
+                                  remote=remote)  # fmt: skip
 
     def _rejoin_plan(self, job: Job, texts: Sequence[str]) -> tuple[RedoPlan, dict[str, Any]]:
         """The plan of a redo that changes joins, and `progress.joins` as it will be."""
@@ -299,19 +323,23 @@ class Operations:
         reason: str = "",
         cascade: bool = False,
         joins: Sequence[str] = (),
+        images: Sequence[str] = (),
+        cameras: Sequence[str] = (),
+        remote: bool = False,
     ) -> tuple[RedoPlan, Job]:
-        """Start a redo: the plan's segments made again (new seed and/or prompt), joined,
-        encoded, checked and delivered as a new version; handed to the dispatcher, or left
-        for the caller to run in-process when none is injected (`run_here`). Without a seed
-        the range gets a new random one unless only its prompt changes (then it keeps its
-        seeds); the job's progress.redo.seed says which was used."""
+        """Start a redo: the plan's segments made again (new seed and/or prompt, or the
+        scenes' swapped `images` / `cameras`), joined, encoded, checked and delivered as a new
+        version; handed to the dispatcher, or left for the caller to run in-process when none
+        is injected (`run_here`). Without a seed the range gets a new random one unless only
+        its prompt or material changes (then it keeps its seeds); the job's progress.redo.seed
+        says which was used. `remote`: asked over the API (no file of this host is read)."""
         if prompt is not None and not prompt.strip():
             raise BadInput("must not be empty", field="--prompt")
         if prompt is not None and len(prompt) > 2000:
             raise BadInput("is longer than 2000 characters", field="--prompt")
         if seed is not None and new_seed:
             raise BadInput("give --new-seed or --seed N, not both", field="--seed")
-        _one_kind_of_redo(range_text, joins)
+        _one_kind_of_redo(range_text, joins, images, cameras)
         if joins:
             given = [name for name, value in (("--seed", seed is not None),
                      ("--new-seed", new_seed), ("--prompt", prompt is not None),
@@ -320,13 +348,24 @@ class Operations:
                 raise BadInput(f"a redo that changes joins makes no segment: {given[0]} has "
                                "nothing to apply to", field=given[0])  # fmt: skip
             return self._rejoin(job_id, joins, reason=reason, actor=actor)
-        assert range_text is not None
-        if seed is None and (new_seed or not prompt):
-            seed = secrets.randbits(31)  # a new look unless only the prompt changes
-        _, plan = self.redo_plan(job_id, range_text=range_text, cascade=cascade)
+        swaps = bool(images or cameras)
+        if seed is None and (new_seed or not (prompt or swaps)):
+            seed = secrets.randbits(31)  # a new look unless only the prompt or material changes
+        material = None
+        if swaps:
+            swap = self._material_redo(self.machine.get(job_id), images, cameras, cascade,
+                                       remote)  # fmt: skip
+            if swap.uploads:
+                from factory.ops import preflight
+
+                settings = self.settings
+                preflight.upload_files(swap.uploads, open_store(settings.store_url, settings.s3))
+            plan, material = swap.plan, swap.material
+        else:
+            _, plan = self.redo_plan(job_id, range_text=range_text, cascade=cascade)
         job = self.machine.start_redo(job_id, plan=plan.to_dict(), seed=seed,
                                       prompt=prompt.strip() if prompt else None,
-                                      reason=reason, actor=actor)  # fmt: skip
+                                      reason=reason, actor=actor, material=material)  # fmt: skip
         self._send([job])
         return plan, job
 
@@ -532,10 +571,21 @@ def check_manifest(
     )
 
 
-def _one_kind_of_redo(range_text: str | None, joins: Sequence[str]) -> None:
-    """A redo makes a range again or changes joins between shots: one of them, not both."""
+def _one_kind_of_redo(
+    range_text: str | None, joins: Sequence[str], images: Sequence[str], cameras: Sequence[str]
+) -> None:
+    """A redo makes a range again, changes joins between shots, or swaps scenes' pictures
+    and camera moves (which names its range: the scenes'): one of them."""
+    swaps = "--image" if images else "--camera" if cameras else None
     if joins and range_text:
         raise BadInput("a redo that changes joins makes no segment: give --join in a redo "
                        "of its own, without --range", field="--join")  # fmt: skip
-    if not joins and not range_text:
-        raise BadInput("give the range to make again (1:10-1:20), or --join", field="--range")
+    if swaps and joins:
+        raise BadInput(f"a redo that changes joins makes no segment: give {swaps} in a redo "
+                       "of its own", field="--join")  # fmt: skip
+    if swaps and range_text:
+        raise BadInput(f"{swaps} makes its scene's segments again, which is its range: leave "
+                       "out --range", field="--range")  # fmt: skip
+    if not (joins or range_text or swaps):
+        raise BadInput("give the range to make again (1:10-1:20), --join, --image or --camera",
+                       field="--range")  # fmt: skip

@@ -264,7 +264,9 @@ def _made(
     """The segment as operation ``op`` makes it: generated and stitched, its seam (and the
     seam into the segment it joins, ``join``, from that segment's ``source`` frames) judged,
     regenerated with a new seed while one fails (bounded)."""
-    video = job.video
+    # The pictures and camera moves the operation made its segments with (a later redo may
+    # have swapped them: factory/plan/material.py).
+    video = job.video_with_material(op.material)
     plans = video_plan(video)
     scene = video.scenes[plan.scene]
     # A redo with a new prompt gives it to the segments it makes again (progress.prompts).

@@ -34,6 +34,9 @@ class Operation:
     anchor: dict[str, list[float]] | None  # the drift anchor it ran with
     own_anchor: bool = False  # the last operation: it runs with the job's anchor as it is now
     live: bool = False  # the redo running now (its join source is a stored file)
+    # progress.material as it was while it ran: the pictures and camera moves it made its
+    # segments with (factory/plan/material.py); None: the manifest's own
+    material: dict[str, Any] | None = None
 
     def made(self, index: int) -> bool:
         return self.first <= index <= self.last
@@ -78,13 +81,14 @@ def lineage(
         restore = running.get("restore", {}).get("progress", {})
         before = running.get("before") or {
             "seeds": restore.get("seeds"), "prompts": restore.get("prompts"),
-            "anchor": progress.get("anchor"),
+            "anchor": progress.get("anchor"), "material": restore.get("material"),
         }  # fmt: skip
         steps.append({**running, "before": before, "live": True})
     if any("before" not in step for step in steps):
         return None
     # A redo that only changed joins between shots made no segment: it changed no seed,
-    # prompt or anchor either, so the next operation's "before" is what it ran after.
+    # prompt, anchor or material either, so the next operation's "before" is what it ran
+    # after. (A redo recorded before material could be swapped ran with the manifest's.)
     steps = [step for step in steps if step["segments"]]
     before = [step["before"] for step in steps]
     ops = []
@@ -93,9 +97,11 @@ def lineage(
         seeds = during["seeds"] if during else progress.get("seeds")
         prompts = during["prompts"] if during else progress.get("prompts")
         anchor = during.get("anchor") if during else None
+        material = during.get("material") if during else progress.get("material")
         own = during is None
         if k == 0:
-            ops.append(Operation(0, segments_total - 1, None, seeds, prompts, anchor, own))
+            ops.append(Operation(0, segments_total - 1, None, seeds, prompts, anchor, own,
+                                 material=material))  # fmt: skip
             continue
         step = steps[k - 1]
         segments = [int(s) for s in step["segments"]]
@@ -103,7 +109,7 @@ def lineage(
         ops.append(
             Operation(
                 min(segments), max(segments), None if join is None else int(join), seeds,
-                prompts, anchor, own, live=bool(step.get("live")),
+                prompts, anchor, own, live=bool(step.get("live")), material=material,
             )
         )  # fmt: skip
     return Lineage(tuple(ops))

@@ -60,6 +60,9 @@ class RedoPlan:
     # Joins between shots it changes (factory/plan/rejoin.py): scene, frame, from, to;
     # such a redo makes no segment (`segments` is empty) and changes no other frame.
     joins: tuple[dict[str, Any], ...] = ()
+    # Pictures and camera moves it swaps (factory/plan/material.py): scene, kind, from, to;
+    # its segments are those of the scenes named.
+    material: tuple[dict[str, Any], ...] = ()
 
     def describe(self, fps: int) -> list[str]:
         """The plan in lines for people (`--dry-run` prints them)."""
@@ -76,7 +79,10 @@ class RedoPlan:
                 "chunk is reused as it is",
                 f"delivers  version {self.version}, beside the ones before; QC must pass first",
             ]
+        swapped = [f"{m['kind']:<9} scene {m['scene']}: {m['from']} -> {m['to']}"
+                   for m in self.material]  # fmt: skip
         lines = [
+            *swapped,
             f"range     {_clock(self.start)}-{_clock(self.end)}: frames {self.first_frame}-"
             f"{self.end_frame - 1} at {fps} fps",
             f"segments  {segments[0]}-{segments[-1]} made again ({len(segments)}), "
@@ -122,12 +128,15 @@ def plan_redo(
     cascade: bool,
     version: int,
     keyframes: Mapping[int, Sequence[int]] | None = None,
+    span: tuple[int, int] | None = None,
 ) -> RedoPlan:
     """``chunks``: (chunk index, its segment indices: its own, then those of the run-on it
     blends in, factory/plan/chunks.py); ``seconds``: each segment's recorded
     generation time; ``keyframes``: where each chunk's GOPs start, in frames from the chunk's
-    start (factory/plan/chunks.py; every GOP_SECONDS without it)."""
-    first, last, a, b = _range_segments(video, plans, start, end)
+    start (factory/plan/chunks.py; every GOP_SECONDS without it); ``span``: the first and last
+    segment to make again where the caller names them (a scene's segments,
+    factory/plan/material.py), else those that deliver the frames from ``start`` to ``end``."""
+    first, last, a, b = _range_segments(video, plans, start, end, span)
     # The next shot starts from nothing (a cut or a transition): never joined, never made.
     shot_end = max(p.index for p in plans if p.shot == plans[b].shot) + 1
     after = b + 1 if b + 1 < shot_end else None
@@ -248,11 +257,14 @@ def _made_and_joined(
 
 
 def _range_segments(
-    video: VideoSpec, plans: list[SegmentPlan], start: float, end: float
-) -> tuple[int, int, int, int]:
+    video: VideoSpec, plans: list[SegmentPlan], start: float, end: float,
+    span: tuple[int, int] | None = None,
+) -> tuple[int, int, int, int]:  # fmt: skip
     """The range's frames (first, end) and the first and last segments that write them."""
     first = int(start * video.fps + 1e-9)
     last = min(video.frames_total, -int(-end * video.fps // 1))  # ceil
+    if span is not None:
+        return first, last, *span
     if last <= first:
         raise BadInput(
             f"{_clock(start)}-{_clock(end)} holds no whole frame at {video.fps} fps",

@@ -67,6 +67,18 @@ class RedoBody(BaseModel):
         description="Instead of a range: SCENE=cut or SCENE=TRANSITION:SECONDS per changed "
         "join between shots (2=dissolve:1.5); nothing is generated again",
     )
+    images: list[Annotated[str, Field(max_length=1200)]] = Field(
+        default_factory=list,
+        max_length=50,
+        description="Instead of a range: SCENE=ASSET[,as=first-frame|reference] or SCENE=none "
+        "per swapped picture (a store key or an allowed s3:// URL); the scene is made again",
+    )
+    cameras: list[Annotated[str, Field(max_length=1200)]] = Field(
+        default_factory=list,
+        max_length=50,
+        description="Instead of a range: SCENE=ASSET[,strength=S][,fit=stretch|loop] or "
+        "SCENE=none per swapped camera move; the scene is made again",
+    )
     seed: int | None = Field(default=None, ge=0, description="This seed; default a new one")
     prompt: str | None = Field(default=None, max_length=2000, description="A new prompt")
     reason: str = Field(default="", max_length=2000)
@@ -197,11 +209,13 @@ def redo(request: Request, job_id: str, body: RedoBody) -> JSONResponse:
     ops, actor = _operator(request)
     if body.dry_run:
         _, plan = ops.redo_plan(job_id, range_text=body.range, cascade=body.cascade,
-                                joins=body.joins)  # fmt: skip
+                                joins=body.joins, images=body.images, cameras=body.cameras,
+                                remote=True)  # fmt: skip
         return JSONResponse({"plan": plan.to_dict()})
     plan, job = ops.redo(job_id, range_text=body.range, actor=actor,
                          seed=body.seed, prompt=body.prompt, reason=body.reason,
-                         cascade=body.cascade, joins=body.joins)  # fmt: skip
+                         cascade=body.cascade, joins=body.joins, images=body.images,
+                         cameras=body.cameras, remote=True)  # fmt: skip
     return JSONResponse({"plan": plan.to_dict(), "job": job_summary(job),
                          "seed": job.progress["redo"]["seed"]}, status_code=202)  # fmt: skip
 

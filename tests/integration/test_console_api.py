@@ -508,6 +508,15 @@ def test_redo_over_the_api_delivers_a_new_version(site: Site) -> None:
                             json={"joins": joins, "dry_run": True, **extra})  # fmt: skip
         assert bad.status_code == 422, bad.text
         assert len(joins[0]) > 64 or bad.json()["field"] == "--join", bad.text
+    # A swapped picture over the API: never a file of the server's (a path is refused unread),
+    # a store key that is not there, a scene out of range, or past the body's limits.
+    for images, field in ((["0=./../../etc/passwd"], "--image 0"), (["0=assets/none.png"],
+                          "--image 0"), (["9=assets/none.png"], "--image"),
+                          (["0=" + "a" * 1300], None), (["0=none"] * 51, None)):  # fmt: skip
+        bad = operator.post(f"{site.base}/api/v1/jobs/nightly.api-ok/redo",
+                            json={"images": images, "dry_run": True})  # fmt: skip
+        assert bad.status_code == 422, bad.text
+        assert field is None or bad.json()["field"] == field, bad.text
     started = operator.post(f"{site.base}/api/v1/jobs/nightly.api-ok/redo", json=body)
     assert started.status_code == 202, started.text
     again = operator.post(f"{site.base}/api/v1/jobs/nightly.api-ok/redo", json=body)

@@ -6,7 +6,8 @@ the Nth fenced write or store put of the run, so nothing in the runner catches i
 stays claimed with its last heartbeat, as after kill -9), a sweeper pass (the sweeper's own
 claim, `claim_stale`, then the claimed job is run), requeue without and with every `--from`,
 redo (a range joined into the rest, a range to the end with a new prompt, a cascade; on the
-video told in shots also a change of its cut into a dissolve, a wipe, and back), approve,
+video told in shots also a change of its cut into a dissolve, a wipe, and back, and a swap of
+a scene's picture or camera move, which makes that scene again), approve,
 reject, cancel, `gc` at age 0, and following the next step `factory status` names. The
 operator actions go through `Operations` (what the CLI and the API call); one run sends them
 through the HTTP API of a real `factory serve` process instead.
@@ -25,7 +26,10 @@ After every step:
   history makes: the lossless segments of the current version, bit for bit (a reference job in
   a home of its own, run once per history), whenever the job rests at `done` with its segments;
 - (g) (the video told in shots) the current version's gate judged its cut or transition as
-  the redos that version holds asked for.
+  the redos that version holds asked for;
+- (h) (the video told in shots) the current version holds the pictures and camera moves its
+  redos swapped in (and (e) checks it was made with them, and that a remake after gc makes
+  an earlier redo's join from segments made with the material of that time).
 
 The model (a version counter, the accepted redo history, the pending redo, gc) also predicts
 the operator actions: a delivery goes to a fresh version; rejecting or cancelling a pending
@@ -79,6 +83,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from PIL import Image
 
 from factory.access import Access
 from factory.cli.describe import next_step  # what `factory status` prints as "next"
@@ -95,6 +100,8 @@ from factory.store import keys, open_store
 from factory.store.file import FileStore
 from factory.wiring import Factory
 from tests.conftest import REPO, embedded_env
+from tests.integration.test_camera import pan_template
+from tests.integration.test_swap_material import green_picture
 
 # --- the batch: 7 s at 12 fps, 64x64: 84 frames in 4 segments (24 + 3 x 20 new frames),
 # encoded in 2 chunks (segments 0-2, 3); GOPs at every segment so a redo splices cleanly.
@@ -135,10 +142,16 @@ class Redo:
     prompt: str | None = None
     cascade: bool = False
     joins: tuple[str, ...] = ()  # SCENE=JOIN: nothing made again (factory/plan/rejoin.py)
+    # SCENE=ASSET,OPTIONS: the scene made again with it (factory/plan/material.py)
+    images: tuple[str, ...] = ()
+    cameras: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         if self.joins:
             return "redo " + " ".join(f"--join {j}" for j in self.joins)
+        if self.images or self.cameras:
+            return "redo " + " ".join([*(f"--image {i}" for i in self.images),
+                                       *(f"--camera {c}" for c in self.cameras)])  # fmt: skip
         said = f"redo --range {self.range} --seed {self.seed}"
         said += f" --prompt {self.prompt!r}" if self.prompt else ""
         return said + (" --cascade" if self.cascade else "")
@@ -146,7 +159,8 @@ class Redo:
     def keywords(self) -> dict[str, Any]:
         """What Operations.redo takes for it."""
         return {"range_text": self.range, "seed": self.seed, "prompt": self.prompt,
-                "cascade": self.cascade, "joins": list(self.joins)}  # fmt: skip
+                "cascade": self.cascade, "joins": list(self.joins), "images": list(self.images),
+                "cameras": list(self.cameras)}  # fmt: skip
 
 
 def join_of(history: tuple[Redo, ...], scene: int = 1) -> str:
@@ -154,6 +168,24 @@ def join_of(history: tuple[Redo, ...], scene: int = 1) -> str:
     the last redo that changed it gave ("dissolve" for dissolve:1)."""
     given = [j for redo in history for j in redo.joins if j.startswith(f"{scene}=")]
     return given[-1].split("=")[1].split(":")[0] if given else "cut"
+
+
+def material_of(history: tuple[Redo, ...], scene: int, kind: str) -> str:
+    """The picture (`image`) or camera move (`camera`) scene `scene` of SHOTS_SPEC has after
+    `history`, as the menu writes it (ASSET,OPTIONS): the last swap's, else none."""
+    given = [text for redo in history for text in getattr(redo, f"{kind}s")
+             if text.startswith(f"{scene}=")]  # fmt: skip
+    return given[-1].split("=", 1)[1] if given else "none"
+
+
+def material_said(job: Job, scene: int, kind: str) -> str:
+    """What the job's video has there, as material_of writes it."""
+    found = getattr(job.video.scenes[scene], kind)
+    if found is None:
+        return "none"
+    if kind == "image":
+        return f"{found.asset},as={found.role}"
+    return f"{found.asset},strength={found.strength:g},fit={found.fit}"
 
 
 REDOS = (
@@ -171,6 +203,14 @@ JOIN_REDOS = (
 )
 # A new prompt in the middle of the video is left out: its join into the kept segment after
 # it fails the seam gate every time (SeamFailed), whatever the seed (see the report).
+# Swapping scene 0's reference picture (its segments 0-2, to the end of shot 0) or camera
+# move, or scene 1's first frame (segments 3-4): the files are in the store (World).
+MATERIAL_REDOS = (
+    Redo(None, None, images=("0=material/green.png,as=reference",)),
+    Redo(None, None, images=("0=none",)),
+    Redo(None, None, images=("1=material/red.png,as=first-frame",)),
+    Redo(None, None, cameras=("0=material/pan.mkv,strength=0.5,fit=stretch",)),
+)
 REDO_FAILURES = ("SeamFailed", "QualityGateFailed")
 FROM = (None, "queued", "generate", "encode", "mux", "qc", "review", "deliver")
 
@@ -276,6 +316,13 @@ class World:
         self.factory.jobs.on_settled(
             lambda job: self.settled.append((job.job_id, job.stage, job.attempt))
         )
+        material = home / "material"
+        material.mkdir(parents=True, exist_ok=True)
+        green_picture(material / "green.png")
+        Image.new("RGB", (96, 96), (200, 40, 30)).save(material / "red.png")
+        pan_template(material / "pan.mkv", frames=24)
+        for path in material.iterdir():
+            self.store.put_file(f"material/{path.name}", path)
 
     def new_job(self, review: bool) -> Job:
         batch = f"m{uuid.uuid4().hex[:8]}"
@@ -617,6 +664,8 @@ class Lifecycle(RuleBasedStateMachine):
             self.server.post(f"{base}/redo", {"range": redo.range, "seed": redo.seed,
                                               "prompt": redo.prompt, "cascade": redo.cascade,
                                               "joins": list(redo.joins),
+                                              "images": list(redo.images),
+                                              "cameras": list(redo.cameras),
                                               "reason": "model"})  # fmt: skip
         # The embedded server runs what it accepts (a requeue, an approval, a redo) in its
         # background runner: the action is over when the job rests again.
@@ -796,23 +845,34 @@ class Lifecycle(RuleBasedStateMachine):
         """`factory redo --join 1=…`: the cut changed, nothing made again."""
         self.run_redo(redo)
 
+    @precondition(_done_in_shots)
+    @rule(redo=st.sampled_from(MATERIAL_REDOS))
+    def swap_material(self, redo: Redo) -> None:
+        """`factory redo --image 0=…` / `--camera 0=…`: the scene made again with it."""
+        self.run_redo(redo)
+
     def run_redo(self, redo: Redo) -> None:
         self.broken = True
         m = self.model
         before = self.job()
         m.trail.append(repr(redo))
-        # Refused only after gc (what it continues from is gone) or for the join it has.
-        same_join = bool(redo.joins) and join_of(m.history) == join_of((redo,))
+        # Refused only after gc (what it continues from is gone), for the join it has, or
+        # for the picture or camera move the scene has.
+        same_as_now = bool(redo.joins) and join_of(m.history) == join_of((redo,))
+        same_as_now = same_as_now or any(
+            material_of(m.history, int(text.split("=")[0]), kind) == text.split("=", 1)[1]
+            for kind in ("image", "camera") for text in getattr(redo, f"{kind}s")
+        )  # fmt: skip
         try:
-            done = self.act("redo", redo=redo, may_refuse=same_join)
+            done = self.act("redo", redo=redo, may_refuse=same_as_now)
         except Refused as exc:
-            assert m.gc or same_join, (
+            assert m.gc or same_as_now, (
                 f"{self.said()}: a redo of a done job at v{m.current} was refused: {exc}"
             )
             self.unchanged(before, repr(redo))
             self.broken = False
             return
-        assert not same_join, f"{self.said()}: {redo!r} gave the join the video has"
+        assert not same_as_now, f"{self.said()}: {redo!r} gave what the video has"
         assert not m.gc, f"{self.said()}: a redo after gc was accepted (its segments are gone)"
         m.pending = redo
         m.trail.pop()
@@ -1016,6 +1076,15 @@ class Lifecycle(RuleBasedStateMachine):
                     f"{self.said()}: v{version}'s gate judged the join at frame 40 as {judged}, "
                     f"but its redos {list(m.histories[version])} ask for a {wanted}"
                 )
+                # (h) It holds the pictures and camera moves its redos swapped in.
+                if job.stage is Stage.DONE and job.version == version:
+                    for scene, kind in ((0, "image"), (1, "image"), (0, "camera")):
+                        have = material_said(job, scene, kind)
+                        wanted = material_of(m.histories[version], scene, kind)
+                        assert have == wanted, (
+                            f"{self.said()}: v{version}'s scene {scene} has the {kind} {have}, "
+                            f"but its redos {list(m.histories[version])} ask for {wanted}"
+                        )
         # (e) What is delivered is what the spec and the accepted redo history make.
         if job.stage is Stage.DONE and version is not None:
             self.delivered(version)  # (a version first seen here: the model's history)
