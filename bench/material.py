@@ -3,9 +3,10 @@ the same run (docs/benchmarks.md, "Material"):
 
     python bench/material.py [--seconds 120] [--json FILE]
 
-1. the sound track of a SECONDS-long video: a bed with 12 cues and a loudness target (mix,
-   measure, gain, measure again) against the bed alone (one step), wall time, the least of
-   three runs each (target <= 3: the track is made once per video, in mux);
+1. the sound track of a SECONDS-long video: a bed with 12 cues and a loudness target (mix
+   and measure, probe the limiter's gain, gain, limiter, AAC and measure) against the bed
+   alone (one step), wall time, the least of three runs each (target <= 3: the track is made
+   once per video, in mux);
 2. procedural segments (48 frames at 640x360): with a reference picture, and with a picture
    and a camera move, against none, wall time, the least of three (target <= 1.5 each);
 3. the motion track of a 10 s camera-move template at 640x360, 24 fps: seconds, once per

@@ -1,15 +1,19 @@
 """A video's sound track: the bed (looped or padded to length, or silence) with the cues mixed
 over it at their times, sample-exact, cut at the video's end, normalised to a loudness target
-in two passes (measured by ffmpeg's `ebur128`, then one linear gain, with a true-peak limiter
-at 4x the sample rate only where the gain would put peaks over the ceiling, and corrections
-where the limiter took loudness off, all on the float mix; then AAC, measured, and limited
-lower once more if the encoder lifted a peak over the ceiling), and measured as delivered
+(measured by ffmpeg's `ebur128`, then one linear gain, with a true-peak limiter at 4x the
+sample rate only where the gain would put peaks over the ceiling, its gain raised to make up
+the loudness the limiter takes off; then AAC, measured as delivered, and made again only if
+the encoder moved the loudness or lifted a peak over the ceiling), and measured as delivered
 (`ebur128`: integrated loudness, loudness range, true peak). Also the check that a sound file
 a manifest names decodes and is within limits, before a batch is accepted.
 
 The mix is made at 48 kHz stereo in 32-bit float (no clipping between the mix and the
-normalisation) and encoded to AAC once, after normalising (docs/pipeline.md, "Sound"). A bed
-alone, with no cues and no loudness target, is made in one step (factory/media/audio.py).
+normalisation) and encoded to AAC once, after normalising (docs/pipeline.md, "Sound"). Each
+ffmpeg run that writes a file with a target measures it in the same run (`measured`): the
+mix as it is written, the AAC as it is encoded; the gain the limiter needs is found by
+probes of the float mix at its own rate (`fit_gain`), a quarter of the limiter's work at 4x.
+A bed alone, with no cues and no loudness target, is made in one step
+(factory/media/audio.py); with cues and no target, the mix is encoded as it is made.
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ MAX_SOUND_BYTES = 512 << 20
 # under the ceiling, so the delivered file stays below it (measured: docs/qc.md, "Loudness").
 TRUE_PEAK_MARGIN_DB = 0.7
 LOUDNESS_TOLERANCE_LU = 1.0  # the gate's: the normaliser aims within half of it
-NORMALISE_PASSES = 4  # gain, then corrections where the limiter took loudness off
+PROBES = 4  # of the limited float mix, to find the gain that makes up what the limiter takes
+MIN_SLOPE = 0.25  # LU a dB: a probe's step is at most 4x the loudness still missing
 AAC_PASSES = 3  # encodes, corrected where AAC moved the loudness or a peak
 SILENCE_LUFS = -70.0  # BS.1770's absolute gate: nothing louder was measured
 
@@ -88,10 +93,14 @@ def mix_argv(
     *,
     gain_db: float = 0.0,
     loop: bool = True,
+    aac: bool = False,
+    measure: bool = False,
 ) -> list[str]:
-    """The track before normalising: 32-bit float WAV, 48 kHz stereo, exactly ``duration``
-    seconds: the bed (looped, or padded with silence; silence without one) and each cue
-    delayed to its first sample, round(at x 48000), mixed in at unit gain (no averaging)."""
+    """The track before normalising, exactly ``duration`` seconds: the bed (looped, or padded
+    with silence; silence without one) and each cue delayed to its first sample,
+    round(at x 48000), mixed in at unit gain (no averaging). Written as 32-bit float WAV,
+    48 kHz stereo, to be normalised, or with `aac` as delivered (a mix without a loudness
+    target); with `measure`, measured in the same run (`measured`)."""
     samples = round(duration * SAMPLE_RATE)
     inputs: list[str] = []
     if bed is None:
@@ -112,62 +121,97 @@ def mix_argv(
                      f"atrim=end_sample={samples}[mix]")  # fmt: skip
     else:
         graph.append(f"[bed]atrim=end_sample={samples}[mix]")
+    body = [*inputs, "-filter_complex", ";".join(graph), "-map", "[mix]",
+            *(_aac(output) if aac else _float_wav(output))]  # fmt: skip
+    return measured(exe, body) if measure else [exe, *QUIET, *body]
+
+
+def measured(exe: str, body: Sequence[str]) -> list[str]:
+    """An ffmpeg command writing one audio stream (``body``: its inputs, filters and output)
+    that also measures what it writes, as written: the encoded stream decoded again on the
+    way out (a loopback decoder, `-dec`) into `ebur128` (integrated loudness, loudness
+    range, true peak at 4x), on threads of their own, beside the filters and the encoder.
+    Read its printout with `summary`: one run makes and measures a file."""
     return [
-        exe, *QUIET, *inputs, "-filter_complex", ";".join(graph), "-map", "[mix]",
-        "-c:a", "pcm_f32le", "-ar", str(SAMPLE_RATE), "-ac", "2", "-f", "wav", str(output),
+        exe, "-hide_banner", "-nostdin", "-nostats", "-y", *body,  # (info: the summary)
+        "-dec", "0:0", "-filter_complex", "[dec:0]ebur128=peak=true:framelog=quiet[loudness]",
+        "-map", "[loudness]", "-f", "null", "-",
     ]  # fmt: skip
 
 
 def measure_loudness(path: Path) -> LoudnessMeasure:
     """Integrated loudness, loudness range and true peak of a file's first audio stream, by
-    ffmpeg's `ebur128` (EBU R128 / ITU-R BS.1770; true peak by 4x oversampling)."""
+    ffmpeg's `ebur128` (EBU R128 / ITU-R BS.1770; true peak by 4x oversampling), with its
+    short-term loudness every 100 ms."""
     argv = [ffmpeg_exe(), "-hide_banner", "-nostats", "-i", str(path), "-map", "0:a:0",
             "-af", "ebur128=peak=true:framelog=info", "-f", "null", "-"]  # fmt: skip
-    text = run_output(argv)
-    summary = text[text.rfind("Summary:") :]
+    return summary(argv, run_output(argv))
+
+
+def summary(argv: Sequence[str], text: str) -> LoudnessMeasure:
+    """What `ebur128` printed (its summary; its frame log, where it printed one, as the
+    short-term loudness) when `argv` ran."""
+    tail = text[text.rfind("Summary:") :]
     short_term = tuple(
-        (float(t), _level(level))
-        for t, level in _FRAME_LOG.findall(text[: len(text) - len(summary)])
+        (float(t), _level(level)) for t, level in _FRAME_LOG.findall(text[: len(text) - len(tail)])
     )
     found = {
-        name: re.search(pattern, summary)
+        name: re.search(pattern, tail)
         for name, pattern in (
-            ("integrated", r"I:\s+(-?[\d.]+|-inf) LUFS"),
+            ("integrated", _INTEGRATED),
             ("range", r"LRA:\s+(-?[\d.]+) LU"),
             ("true_peak", r"Peak:\s+(-?[\d.]+|-inf) dBFS"),
         )
     }
-    if not summary or any(match is None for match in found.values()):
+    if not tail or any(match is None for match in found.values()):
         raise MediaError(argv, 0, f"ebur128 printed no summary: {text[-400:]}")
     values = {k: _level(m.group(1)) for k, m in found.items() if m is not None}
     return LoudnessMeasure(values["integrated"], values["range"], values["true_peak"], short_term)
 
 
 _FRAME_LOG = re.compile(r"t:\s*([\d.]+)\s.*?S:\s*(-?[\d.]+|-inf)")
+_INTEGRATED = r"I:\s+(-?[\d.]+|-inf) LUFS"
+
+
+def _limiter(ceiling: float, *, oversample: int) -> str:
+    """`alimiter` capping the true peak at `ceiling` (dBTP), run at `oversample` x the sample
+    rate (where inter-sample peaks are seen), its lookahead's delay taken back out (the track
+    stays on its samples: the cues where they were mixed)."""
+    limit = 10 ** (ceiling / 20)
+    chain = f"alimiter=limit={limit:.6f}:attack=1:release=50:level=false:latency=1"
+    if oversample == 1:
+        return chain
+    return f"aresample={SAMPLE_RATE * oversample},{chain},aresample={SAMPLE_RATE}"
 
 
 def normalise_argv(exe: str, source: Path, output: Path, *, gain_db: float,
                    ceiling: float | None) -> list[str]:  # fmt: skip
     """The mix brought up or down by `gain_db` (a linear gain: the mix's dynamics are kept)
     and, where that would put its true peak over `ceiling` (dBTP), limited at 4x the
-    sample rate (where true peaks are seen); written as the mix is (float WAV)."""
+    sample rate; encoded to AAC, as delivered, and measured as delivered in the same run."""
     chain = f"volume={gain_db:.3f}dB"
     if ceiling is not None:
-        limit = 10 ** (ceiling / 20)
-        chain += (f",aresample={SAMPLE_RATE * 4},alimiter=limit={limit:.6f}:attack=1"
-                  f":release=50:level=false,aresample={SAMPLE_RATE}")  # fmt: skip
-    return [exe, *QUIET, "-i", str(source), "-af", chain, "-c:a", "pcm_f32le",
-            "-ar", str(SAMPLE_RATE), "-ac", "2", "-f", "wav", str(output)]  # fmt: skip
+        chain += f",{_limiter(ceiling, oversample=4)}"
+    return measured(exe, ["-i", str(source), "-map", "0:a:0", "-af", chain, *_aac(output)])
 
 
-def encode_argv(exe: str, source: Path, output: Path) -> list[str]:
-    """The mix as it is (no loudness target), AAC."""
-    return [exe, *QUIET, "-i", str(source), *_aac(output)]
+def probe_argv(exe: str, source: Path, *, gain_db: float, ceiling: float) -> list[str]:
+    """The integrated loudness `normalise_argv` would give the float mix with a limiter,
+    nothing written: the limiter at the mix's own rate, a quarter of the work, takes the
+    same loudness off as at 4x (within 0.1 LU, the figure's precision), and no true peak
+    is measured (the limiter sets it)."""
+    chain = f"volume={gain_db:.3f}dB,{_limiter(ceiling, oversample=1)},ebur128=framelog=quiet"
+    return [exe, "-hide_banner", "-nostdin", "-nostats", "-i", str(source), "-map", "0:a:0",
+            "-af", chain, "-f", "null", "-"]  # fmt: skip
 
 
 def _aac(output: Path) -> list[str]:
     return ["-c:a", "aac", "-b:a", BITRATE, "-ar", str(SAMPLE_RATE), "-ac", "2", "-f", "mp4",
             str(output)]  # fmt: skip
+
+
+def _float_wav(output: Path) -> list[str]:
+    return ["-c:a", "pcm_f32le", "-ar", str(SAMPLE_RATE), "-ac", "2", "-f", "wav", str(output)]
 
 
 def make_track(
@@ -182,48 +226,69 @@ def make_track(
     loudness: tuple[float, float] | None = None,
 ) -> None:
     """The AAC track of exactly ``duration`` seconds: mixed, then normalised to ``loudness``
-    (integrated LUFS, true-peak ceiling dBTP) when given."""
-    mix = scratch / "mix.wav"
-    run(mix_argv(ffmpeg_exe(), bed, cues, duration, mix, gain_db=gain_db, loop=loop))
+    (integrated LUFS, true-peak ceiling dBTP) when given.
+
+    Each ffmpeg run measures what it writes (`measured`): the mix, written as float WAV,
+    then the AAC, made from it in one run (gain, limiter where needed, encoder) and
+    measured as delivered. Where the limiter is needed, the gain that makes up for the
+    loudness it takes off is found first by cheap probes of the float mix (`fit_gain`);
+    AAC is encoded again only where it moved the loudness or a peak past the tolerance."""
+    exe = ffmpeg_exe()
     if loudness is None:
-        run(encode_argv(ffmpeg_exe(), mix, output))
+        run(mix_argv(exe, bed, cues, duration, output, gain_db=gain_db, loop=loop, aac=True))
         return
     integrated, ceiling = loudness
-    before = measure_loudness(mix)
+    mix = scratch / "mix.wav"
+    argv = mix_argv(exe, bed, cues, duration, mix, gain_db=gain_db, loop=loop, measure=True)
+    before = summary(argv, run_output(argv))
     if before.integrated <= SILENCE_LUFS:
         raise PermanentError(
             "audio.loudness: the mixed track is silent, so it cannot be brought to a loudness; "
             "check the bed and cues, or leave loudness out"
         )
     aim = ceiling - TRUE_PEAK_MARGIN_DB
-    gain = integrated - before.integrated
-    limited = before.true_peak + gain > aim
-    shaped = scratch / "shaped.wav"
-    for _ in range(NORMALISE_PASSES):
-        # On the float WAV, which is quick to make and to measure; AAC once it meets them.
-        run(normalise_argv(ffmpeg_exe(), mix, shaped, gain_db=gain,
-                           ceiling=aim if limited else None))  # fmt: skip
-        after = measure_loudness(shaped)
-        off = integrated - after.integrated
-        if abs(off) <= LOUDNESS_TOLERANCE_LU / 4 and after.true_peak <= aim + 0.1:
-            break
-        gain += off  # the limiter took loudness off the peaks: make it up
-        limited = limited or after.true_peak > aim
+    want = integrated  # for the float mix: moved by what AAC moves
+    gain = want - before.integrated
     for _ in range(AAC_PASSES):
-        run(encode_argv(ffmpeg_exe(), shaped, output))
-        delivered = measure_loudness(output)
+        limited = before.true_peak + gain > aim  # (a linear gain moves the peak with it)
+        if limited:
+            gain = fit_gain(mix, want, aim, gain)
+        argv = normalise_argv(exe, mix, output, gain_db=gain, ceiling=aim if limited else None)
+        delivered = summary(argv, run_output(argv))
         off, over = integrated - delivered.integrated, delivered.true_peak - ceiling
         if abs(off) <= LOUDNESS_TOLERANCE_LU / 2 and over <= 0:
             return
         # AAC moved it: its low-pass takes off loudness where a mix has much energy above
-        # 15 kHz (K-weighting counts that part more), and it may lift a peak. Correct the
-        # gain, limit lower by the overshoot, encode again.
-        gain += off
-        if over > 0:
-            aim, limited = aim - over - 0.2, True
-        run(normalise_argv(ffmpeg_exe(), mix, shaped, gain_db=gain,
-                           ceiling=aim if limited else None))  # fmt: skip
+        # 15 kHz (K-weighting counts that part more), and it may lift a peak. Aim the float
+        # mix off by as much, limit lower by the overshoot, encode again.
+        if over > 0:  # (the float mix's true peak was the lower of the two)
+            aim = min(aim, before.true_peak + gain) - over - 0.2
+        want, gain = want + off, gain + off
     # (What still misses is the quality gate's to fail, with its figures.)
+
+
+def fit_gain(mix: Path, want: float, ceiling: float, gain: float) -> float:
+    """The gain that brings the float `mix`, limited at `ceiling` (dBTP), to `want` LUFS,
+    from `gain` (which would without the limiter): the limiter takes loudness off the peaks,
+    the more the higher the gain, so each probe (`probe_argv`) steps by the loudness still
+    missing over how much the last step moved it (a secant; at first 1 LU a dB)."""
+    last: tuple[float, float] | None = None
+    for _ in range(PROBES):
+        argv = probe_argv(ffmpeg_exe(), mix, gain_db=gain, ceiling=ceiling)
+        text = run_output(argv)
+        found = re.search(_INTEGRATED, text[text.rfind("Summary:") :])
+        if found is None:
+            raise MediaError(argv, 0, f"ebur128 printed no summary: {text[-400:]}")
+        level = _level(found.group(1))
+        off = want - level
+        if abs(off) <= LOUDNESS_TOLERANCE_LU / 4:
+            break
+        slope = 1.0
+        if last is not None and gain != last[0]:
+            slope = min(max((level - last[1]) / (gain - last[0]), MIN_SLOPE), 1.0)
+        last = (gain, level)
+        gain += off / slope
+    return gain
 
 
 def _level(text: str) -> float:
