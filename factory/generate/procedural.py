@@ -19,19 +19,23 @@ from __future__ import annotations
 
 import colorsys
 import hashlib
+import math
 import textwrap
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from PIL import Image, ImageDraw, ImageFont
+from PIL import Image, ImageChops, ImageDraw, ImageFont
 
 from factory.generate.base import Frames, PromptEmbedding, SegmentSpec
 
 GRID = 4  # shapes are drawn on a grid this many times coarser, then upsampled
 CAST_LEVELS = 6.0  # per-segment colour cast, in 8-bit levels (a model's drift)
 GRAIN_LEVELS = 2.0
+PUSH_IN = 0.015  # a scene's picture is pushed in by this much a second (about its centre),
+PUSH_MAX = 0.15  # slowing so it never passes this: a picture late in a long video stays whole
+PUSH_STEP_PX = 0.5  # the push-in is resampled exactly where it has moved this far at an edge
 
 
 @dataclass(frozen=True)
@@ -60,14 +64,17 @@ class ProceduralGenerator:
         backdrop = None
         if seg.image is not None:
             look = replace(look, colors=_palette(seg.image))
-            backdrop = seg.image.astype(np.float32)
+            backdrop = _Backdrop.of(seg.image, seg.width, seg.height, seg.fps)
         frames = np.empty((seg.frames, seg.height, seg.width, 3), np.float32)
         for j in range(seg.frames):
             t = (seg.first_frame + j) / seg.fps
-            frames[j] = _picture(look, seg.width, seg.height, t, backdrop)
+            dx = dy = 0
             if seg.control_track is not None:  # the camera move: the content goes where it goes
-                dx, dy = seg.control_track[j] * seg.control_strength
-                frames[j] = _moved(frames[j], round(float(dx)), round(float(dy)))
+                move = seg.control_track[j] * seg.control_strength
+                dx, dy = round(float(move[0])), round(float(move[1]))
+            picture = (_picture(look, seg.width, seg.height, t) if backdrop is None
+                       else _over_backdrop(look, backdrop, seg.first_frame + j))  # fmt: skip
+            _moved(picture, dx, dy, out=frames[j])
         # How much of its own cast and caption each frame shows: all of it, but from a first
         # frame, which shows the picture as given and grows into the scene's look.
         own = np.ones(seg.frames, np.float32)
@@ -110,13 +117,45 @@ def _grid(width: int, height: int) -> tuple[np.ndarray, np.ndarray]:
     return (cx + 0.5) / gw, (cy + 0.5) / gh
 
 
-def _picture(
-    look: SceneLook, width: int, height: int, t: float, backdrop: np.ndarray | None = None
-) -> np.ndarray:
-    """One frame: drawn on a coarse grid, then smoothly upscaled (shapes are soft anyway);
-    over a picture (the backdrop, pushed in slowly), the shapes are drawn at full size."""
-    if backdrop is not None:
-        return _over_backdrop(look, backdrop, t)
+@dataclass(frozen=True)
+class _Backdrop:
+    """A scene's picture, prepared once a segment: at the frame's size, on the coarse grid,
+    and its push-in resampled exactly every `step` frames (of the video, so every segment
+    of the scene resamples at the same frames)."""
+
+    full: Image.Image
+    small: Image.Image
+    fps: int
+    step: int
+    pushed: dict[int, Image.Image] = field(default_factory=dict)  # the last two resampled
+
+    @staticmethod
+    def of(image: np.ndarray, width: int, height: int, fps: int) -> _Backdrop:
+        picture = image if image.dtype == np.uint8 else np.clip(image, 0, 255).astype(np.uint8)
+        full = Image.fromarray(np.ascontiguousarray(picture))
+        if full.size != (width, height):
+            full = full.resize((width, height), Image.Resampling.BILINEAR)
+        cx, _ = _grid(width, height)
+        small = full.resize(cx.shape[::-1], Image.Resampling.BICUBIC)
+        # An edge moves at most PUSH_IN / fps x half the frame a frame (at zoom 1): resampled
+        # no further apart than PUSH_STEP_PX there, a blend between is as good as exact.
+        edge = PUSH_IN / fps * max(width, height) / 2
+        return _Backdrop(full, small, fps, max(1, int(PUSH_STEP_PX / edge)))
+
+    def pushed_in(self, frame: int) -> Image.Image:
+        """The picture pushed in as at frame `frame` of the video (a multiple of step)."""
+        if frame not in self.pushed:
+            if len(self.pushed) >= 2:
+                del self.pushed[min(self.pushed)]
+            box = _pushed_in(*self.full.size, _zoom(frame / self.fps))
+            self.pushed[frame] = self.full.resize(self.full.size, Image.Resampling.BILINEAR,
+                                                  box=box)  # fmt: skip
+        return self.pushed[frame]
+
+
+def _picture(look: SceneLook, width: int, height: int, t: float) -> np.ndarray:
+    """One frame (uint8): drawn on a coarse grid, then smoothly upscaled (shapes are soft
+    anyway)."""
     cx, cy = _grid(width, height)
     angle = look.angle + 0.15 * t
     ramp = np.clip(0.5 + (cx - 0.5) * np.cos(angle) + (cy - 0.5) * np.sin(angle), 0, 1)
@@ -124,21 +163,42 @@ def _picture(
     return _upscaled(_shapes(look, picture, cx, cy, width / height, t), width, height)
 
 
-def _over_backdrop(look: SceneLook, backdrop: np.ndarray, t: float) -> np.ndarray:
-    """The picture pushed in by 1.5 % a second about its centre, shapes drifting over it
-    at half strength (the picture stays what the frame is of)."""
-    height, width = backdrop.shape[:2]
-    zoom = 1.0 + 0.015 * t
-    w, h = width / zoom, height / zoom
-    box = ((width - w) / 2, (height - h) / 2, (width + w) / 2, (height + h) / 2)
-    source = Image.fromarray(np.clip(backdrop, 0, 255).astype(np.uint8))
-    pushed = np.asarray(source.resize((width, height), Image.Resampling.BILINEAR, box=box),
-                        np.float32)  # fmt: skip
+def _over_backdrop(look: SceneLook, backdrop: _Backdrop, frame: int) -> np.ndarray:
+    """Frame `frame` of the video (uint8) over a picture: the picture pushed in by PUSH_IN a
+    second about its centre (a blend of its exact resamples either side, `step` frames
+    apart), the shapes drifting over it at half strength (the picture stays what the frame
+    is of). Only the shapes are coarse: drawn over the picture's coarse copy (pushed in
+    exactly), their difference is upscaled once, about mid-grey, and added in 8 bits."""
+    width, height = backdrop.full.size
+    t = frame / backdrop.fps
+    key, into = divmod(frame, backdrop.step)
+    pushed = backdrop.pushed_in(key * backdrop.step)
+    if into:
+        later = backdrop.pushed_in((key + 1) * backdrop.step)
+        pushed = Image.blend(pushed, later, into / backdrop.step)
     cx, cy = _grid(width, height)
-    small = np.asarray(Image.fromarray(pushed.astype(np.uint8)).resize(cx.shape[::-1]),
+    grid = backdrop.small.size
+    box = _pushed_in(*grid, _zoom(t))
+    small = np.asarray(backdrop.small.resize(grid, Image.Resampling.BILINEAR, box=box),
                        np.float32)  # fmt: skip
-    shaped = _upscaled(_shapes(look, small, cx, cy, width / height, t), width, height)
-    return pushed + 0.5 * (shaped - _upscaled(small, width, height))
+    shaped = _shapes(look, small, cx, cy, width / height, t)
+    change = np.clip(128.5 + 0.5 * (shaped - small), 0, 255).astype(np.uint8)
+    change_full = Image.fromarray(change).resize((width, height), Image.Resampling.BILINEAR)
+    return np.asarray(ImageChops.add(pushed, change_full, 1.0, -128))
+
+
+def _zoom(t: float) -> float:
+    """How far a picture is pushed in at time t (seconds into the video): PUSH_IN a second at
+    first, easing towards 1 + PUSH_MAX (the time is the video's: the generator does not know
+    where the scene began, and a linear push-in would fill the frame with a corner of a
+    picture two minutes in)."""
+    return 1.0 + PUSH_MAX * (1.0 - math.exp(-PUSH_IN * t / PUSH_MAX))
+
+
+def _pushed_in(width: int, height: int, zoom: float) -> tuple[float, float, float, float]:
+    """The box of a width x height picture that fills the frame pushed in by `zoom`."""
+    w, h = width / zoom, height / zoom
+    return (width - w) / 2, (height - h) / 2, (width + w) / 2, (height + h) / 2
 
 
 def _shapes(look: SceneLook, picture: np.ndarray, cx: np.ndarray, cy: np.ndarray,
@@ -156,7 +216,7 @@ def _shapes(look: SceneLook, picture: np.ndarray, cx: np.ndarray, cy: np.ndarray
 
 def _upscaled(picture: np.ndarray, width: int, height: int) -> np.ndarray:
     small = Image.fromarray(np.clip(picture, 0, 255).astype(np.uint8))
-    return np.asarray(small.resize((width, height), Image.Resampling.BILINEAR), np.float32)
+    return np.asarray(small.resize((width, height), Image.Resampling.BILINEAR))
 
 
 def _continue_from(
@@ -175,21 +235,50 @@ def _continue_from(
     return fade
 
 
-def _moved(frame: np.ndarray, dx: int, dy: int) -> np.ndarray:
-    """The frame's content moved by (dx, dy) pixels, the edges it uncovers mirrored."""
+def _moved(frame: np.ndarray, dx: int, dy: int, out: np.ndarray | None = None) -> np.ndarray:
+    """The frame's content moved by (dx, dy) pixels, the edges it uncovers mirrored (as a
+    reflecting pad would), written into `out` (a new float32 array if none): slices only."""
     height, width = frame.shape[:2]
-    px, py = min(abs(dx), width - 1), min(abs(dy), height - 1)
-    padded = np.pad(frame, ((py, py), (px, px), (0, 0)), mode="reflect")
-    top, left = py - max(-py, min(py, dy)), px - max(-px, min(px, dx))
-    return padded[top : top + height, left : left + width]
+    if out is None:
+        out = np.empty(frame.shape, np.float32)
+    for rows, from_rows in _shifted(height, dy):
+        for cols, from_cols in _shifted(width, dx):
+            out[rows, cols] = frame[from_rows, from_cols]
+    return out
+
+
+def _shifted(size: int, shift: int) -> list[tuple[slice, slice]]:
+    """(to, from) slices along one axis of `size` that move its content by `shift`, the
+    uncovered end mirrored about the edge pixel (shifts beyond the size stop at size - 1)."""
+    s = max(-(size - 1), min(size - 1, shift))
+    if s > 0:
+        return [(slice(s, size), slice(0, size - s)), (slice(0, s), slice(s, 0, -1))]
+    if s < 0:
+        end = size - 2 + s  # the mirror of the last -s pixels before the edge one
+        mirrored = slice(size - 2, end if end >= 0 else None, -1)
+        return [(slice(0, size + s), slice(-s, size)), (slice(size + s, size), mirrored)]
+    return [(slice(0, size), slice(0, size))]
 
 
 def _palette(picture: np.ndarray) -> np.ndarray:
-    """Three colours of a picture: the mean of its darkest, middle and brightest thirds."""
-    pixels = picture.reshape(-1, 3).astype(np.float32)
-    luma = pixels @ np.array([0.299, 0.587, 0.114], np.float32)
-    order = np.argsort(luma, kind="stable")
-    return np.stack([pixels[part].mean(axis=0) for part in np.array_split(order, 3)])
+    """Three colours of a picture: the mean of its darkest, middle and brightest thirds (by
+    luma, ties in pixel order: a stable sort's thirds, found from a histogram of luma)."""
+    pixels = picture.reshape(-1, 3)
+    if pixels.dtype != np.uint8:
+        pixels = np.clip(pixels, 0, 255).astype(np.uint8)
+    luma = sum(pixels[:, c] * np.int32(w) for c, w in enumerate((299, 587, 114)))  # x 1000
+    below = np.cumsum(np.bincount(luma, minlength=255_001))  # pixels at or below each level
+    third, extra = divmod(len(luma), 3)
+    part = np.full(len(luma), 2, np.int8)  # 2 less how many of the two cuts it falls under
+    for end in (third + (extra > 0), 2 * third + min(extra, 2)):  # as np.array_split cuts
+        level = int(np.searchsorted(below, end))  # the level of the end-th darkest pixel
+        darkest = luma < level
+        tied = np.flatnonzero(luma == level)
+        darkest[tied[: end - (int(below[level - 1]) if level else 0)]] = True
+        part -= darkest
+    counts = np.bincount(part, minlength=3)[:, None]
+    sums = np.stack([np.bincount(part, pixels[:, c], 3) for c in range(3)], axis=1)
+    return (sums / counts).astype(np.float32)
 
 
 def _caption(frames: np.ndarray, text: str, segment: int, shown: np.ndarray) -> None:
