@@ -108,3 +108,12 @@ def deliverable(
         ]
     )
     return out
+
+
+def tone(path: Path, *, frequency: int = 330, seconds: float = 1.0) -> Path:
+    """A short sine tone, a real sound file (its container by the suffix: .flac, .ogg as
+    FLAC in Ogg, .wav): what submit's asset check decodes."""
+    codec = ["-c:a", "pcm_s16le"] if path.suffix == ".wav" else ["-c:a", "flac"]
+    run([ffmpeg_exe(), "-v", "error", "-y", "-f", "lavfi", "-i",
+         f"sine=frequency={frequency}:duration={seconds}", *codec, str(path)])  # fmt: skip
+    return path

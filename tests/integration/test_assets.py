@@ -18,6 +18,7 @@ from factory.store.file import FileStore
 from factory.store.placement import HashRing
 from factory.store.s3 import S3Store
 from tests.conftest import run_cli
+from tests.footage import tone
 
 
 @pytest.fixture
@@ -151,8 +152,8 @@ def test_preload_splits_the_assets_between_nodes_by_consistent_hashing(
     s3_stand, bucket, s3_assets, tmp_path
 ):
     names = [f"bed-{i}.flac" for i in range(24)]
-    for name in names:
-        s3_assets.put_bytes(f"beds/{name}", name.encode() * 1000)
+    for i, name in enumerate(names):  # 24 contents (submit's check decodes each)
+        s3_assets.put_file(f"beds/{name}", tone(tmp_path / name, frequency=200 + 20 * i))
     lines = ["batch: warm", "defaults: {duration: 4, resolution: 96x64}", "videos:"]
     lines += [
         f"  - {{id: v{i}, prompt: p, audio: {{asset: 's3://{bucket}/beds/{name}'}}}}"

@@ -28,6 +28,7 @@ from factory.spec import ModelChoice
 from factory.store.assets import AssetCache
 from factory.store.file import FileStore
 from tests.conftest import embedded_env, run_cli_here
+from tests.footage import tone
 
 
 def _manifest(path: Path, extra: str, model: str = "procedural") -> Path:
@@ -51,7 +52,7 @@ def test_a_file_asset_outside_the_allowed_roots_is_refused_at_validate(tmp_path:
     assert "videos[0].audio.asset" in done.stderr and "FACTORY_ASSET_ROOTS" in done.stderr
     allowed = tmp_path / "beds"
     allowed.mkdir()
-    (allowed / "bed.ogg").write_bytes(b"OggS")
+    tone(allowed / "bed.ogg")  # submit decodes it: a real sound
     (allowed / "escape.ogg").symlink_to("/etc/hostname")  # a link out of the root
     env = _env(tmp_path, FACTORY_ASSET_ROOTS=str(allowed))
     still = run_cli_here("validate", str(secret), env=env)
@@ -85,7 +86,7 @@ def test_a_bucket_that_is_not_allowed_is_refused_before_the_store_is_asked(tmp_p
 def test_the_asset_cache_is_private_whatever_the_source_mode(tmp_path: Path):
     source = tmp_path / "beds" / "private.ogg"
     source.parent.mkdir()
-    source.write_bytes(b"OggS private bed")
+    tone(source)
     source.chmod(0o600)
     path = _manifest(tmp_path / "m.yaml", f", audio: {{asset: '{source.as_uri()}'}}")
     env = _env(tmp_path, FACTORY_ASSET_ROOTS=str(source.parent))
