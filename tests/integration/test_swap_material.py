@@ -32,7 +32,7 @@ from factory.store import keys
 from tests.conftest import run_cli_here
 from tests.integration.test_camera import pan_template
 from tests.integration.test_images import HEIGHT, WIDTH, manifest, pictures
-from tests.integration.test_pipeline import in_process
+from tests.integration.test_pipeline import home_env, in_process
 from tests.integration.test_shots import decoded, psnr_y
 
 
@@ -83,6 +83,7 @@ def test_a_redo_swaps_a_scenes_first_frame(tmp_path: Path, monkeypatch: pytest.M
     v1_digest = digest(v1)
     green_key = content_key(tmp_path / "green.png")
     hero_key = job.video.scenes[0].image.asset
+    red = job.video.scenes[1].image
 
     # The dry run checks the picture and plans the scene's segments; it stores nothing.
     _, plan = ops.redo_plan(job.job_id, range_text=None, cascade=False, images=["0=./green.png"])
@@ -100,7 +101,7 @@ def test_a_redo_swaps_a_scenes_first_frame(tmp_path: Path, monkeypatch: pytest.M
     after = {i: r.attempt for i, r in ctx.machine.segments(job.job_id).items()}
     assert {i for i in after if after[i] != before[i]} == set(scene0)  # exactly the scene's
     assert job.video.scenes[0].image.asset == green_key
-    assert job.video.scenes[1].image == ctx.machine.get(job.job_id).video.scenes[1].image
+    assert job.video.scenes[1].image == red  # the other scene keeps its own
 
     green = load_image(tmp_path / "green.png", WIDTH, HEIGHT, "pad")
     hero = load_image(tmp_path / "hero.png", WIDTH, HEIGHT, "pad")
@@ -116,7 +117,7 @@ def test_a_redo_swaps_a_scenes_first_frame(tmp_path: Path, monkeypatch: pytest.M
     assert record.detail["material"] == [dict(m) for m in plan.material]
     assert record.detail["before"]["material"] is None
     assert json.loads(ctx.store.path(keys.qc_report("pics", "v", 2)).read_text())["passed"]
-    status = run_cli_here("status", "pics.v", env=_env(tmp_path)).stdout
+    status = run_cli_here("status", "pics.v", env=home_env(tmp_path / "home")).stdout
     assert "material changed: scene 0 image" in status, status
     assert f"picture    scene 0 first-frame: {green_key}" in status, status
 
@@ -133,12 +134,6 @@ def test_a_redo_swaps_a_scenes_first_frame(tmp_path: Path, monkeypatch: pytest.M
     cancelled = ops.cancel(job.job_id, reason="keep the green one", actor="test")
     assert cancelled.stage is Stage.DONE and cancelled.version == 3
     assert cancelled.video.scenes[0].image.asset == green_key
-
-
-def _env(folder: Path) -> dict[str, str]:
-    from tests.integration.test_pipeline import home_env
-
-    return home_env(folder / "home")
 
 
 def test_swaps_that_cannot_be_made_are_refused_and_change_nothing(
