@@ -417,10 +417,6 @@ def with_material(video: VideoSpec, material: Mapping[str, Any] | None) -> Video
 
 
 def _stored_asset(asset: Any) -> str:
-    """A swapped asset as the database holds it, held to the manifest's rule for an asset
-    reference (the schema's), and never a path on some host."""
-    from factory.manifest.schema import asset_reference, is_local_path
-
-    if not isinstance(asset, str) or not asset or is_local_path(asset):
+    if not isinstance(asset, str) or not asset or asset.startswith(("/", ".", "~")):
         raise ValueError(f"{asset!r} is not store content")
-    return asset_reference(asset)
+    return asset

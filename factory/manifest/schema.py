@@ -109,7 +109,7 @@ def is_local_path(reference: str) -> bool:
     return reference.startswith("./")
 
 
-def asset_reference(value: str) -> str:
+def _asset_reference(value: str) -> str:
     if "://" in value:
         scheme = value.split("://", 1)[0]
         if scheme not in ("file", "s3"):
@@ -138,7 +138,7 @@ class LoraSettings(_Strict):
     def _reference(cls, value: str) -> str:
         if not value.endswith(".safetensors"):
             raise ValueError(f"{value!r} must be a .safetensors file (a LoRA as trainers save it)")
-        return asset_reference(value)
+        return _asset_reference(value)
 
 
 class ModelSettings(_Strict):
@@ -186,7 +186,7 @@ class CueSettings(_Strict):
     @field_validator("asset")
     @classmethod
     def _reference(cls, value: str) -> str:
-        return asset_reference(value)
+        return _asset_reference(value)
 
 
 class LoudnessSettings(_Strict):
@@ -215,7 +215,7 @@ class AudioSettings(_Strict):
     @field_validator("asset")
     @classmethod
     def _reference(cls, value: str | None) -> str | None:
-        return None if value is None else asset_reference(value)
+        return None if value is None else _asset_reference(value)
 
     @field_validator("loudness", mode="before")
     @classmethod
@@ -236,7 +236,7 @@ class ImageSettings(_Strict):
     @field_validator("asset")
     @classmethod
     def _reference(cls, value: str) -> str:
-        return asset_reference(value)
+        return _asset_reference(value)
 
 
 class CameraSettings(_Strict):
@@ -247,7 +247,7 @@ class CameraSettings(_Strict):
     @field_validator("asset")
     @classmethod
     def _reference(cls, value: str) -> str:
-        return asset_reference(value)
+        return _asset_reference(value)
 
 
 class SceneSettings(_Strict):

@@ -23,7 +23,6 @@ from factory.plan.material import (
     swapped_segments,
 )
 from factory.plan.redo import RedoPlan
-from factory.spec import VideoSpec
 from factory.store import open_store
 
 
@@ -86,7 +85,7 @@ def plan_material_redo(
     return MaterialRedo(dataclasses.replace(plan, material=tuple(said)), material, uploads)
 
 
-def _check_changes(video: VideoSpec, change: MaterialChange, new: dict[str, Any] | None) -> None:
+def _check_changes(video: Any, change: MaterialChange, new: dict[str, Any] | None) -> None:
     scene = video.scenes[change.scene]
     old = scene.image if change.kind == "image" else scene.camera
     if (old.to_dict() if old is not None else None) == new:
