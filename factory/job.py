@@ -113,10 +113,12 @@ class SegmentRecord:
     colour: dict[str, Any] | None = None  # the drift check's colour statistics
     seam: dict[str, Any] | None = None  # the seam before this segment, scored when made
     memory: dict[str, Any] | None = None  # GPU memory used while making it
+    holder: str | None = None  # the shot holder's lease that made it (in its file names)
 
     @classmethod
     def from_row(cls, row: Any) -> SegmentRecord:
-        return cls(row.segment, row.attempt, row.seconds, row.colour, row.seam, row.memory)
+        return cls(row.segment, row.attempt, row.seconds, row.colour, row.seam, row.memory,
+                   row.holder)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ def allowed_actions(
 # What each stage writes into `progress`; a requeue from a stage clears it and everything after.
 STAGE_KEYS: dict[Stage, tuple[str, ...]] = {
     # (and the job's `job_segments` rows, which requeue deletes with them)
-    Stage.GENERATE: ("frame", "segments", "anchor"),
+    Stage.GENERATE: ("frame", "segments", "anchor", "holders"),
     Stage.ENCODE: ("encode",),
     Stage.MUX: ("mux",),
     Stage.QC: ("qc",),

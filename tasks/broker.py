@@ -63,6 +63,25 @@ def advancing(raw: bytes, headers: dict) -> tuple[str, str, int] | None:
     return None
 
 
+def waiting_shots(broker_url: str) -> dict[tuple[str, int], list[int | None]]:
+    """(job, attempt) -> the shot each waiting `generate_shot` message asks for first (None:
+    any open one), from the queues someone consumes."""
+    conn = client(broker_url)
+    found: dict[tuple[str, int], list[int | None]] = {}
+    for queue in live_queues(conn):
+        for raw, headers in messages(conn, queue):
+            if headers.get("task") != "factory.generate_shot":
+                continue
+            try:
+                job_id, attempt, shot = message_args(raw)
+            except (ValueError, KeyError, IndexError, TypeError):
+                continue
+            found.setdefault((str(job_id), int(attempt)), []).append(
+                None if shot is None else int(shot)
+            )
+    return found
+
+
 def waiting_messages(broker_url: str) -> list[tuple[str, str, int]]:
     """Every waiting message that can advance a job, from the queues someone consumes."""
     conn = client(broker_url)

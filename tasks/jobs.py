@@ -1,32 +1,27 @@
-"""The tasks: thin. Each takes ids, claims the job with its fencing token, calls one stage
-function of `factory.pipeline`, and sends the next step. PostgreSQL is the record of what
-comes next; the sweeper re-sends anything a lost message or a dead worker dropped."""
+"""The tasks: transport. Each takes ids, claims the job with its fencing token, runs one step
+of the stage engine (factory/pipeline/engine.py: the stage table, the heartbeat, how work
+ends), and sends the next message. PostgreSQL is the record of what comes next; the sweeper
+re-sends anything a lost message or a dead worker dropped."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 import time
-from collections.abc import Iterator
 
 from celery.exceptions import SoftTimeLimitExceeded
 from kombu.exceptions import OperationalError
 from redis.exceptions import RedisError
 
-from factory.errors import IllegalTransition, PermanentError, RetryableError, StaleAttempt
-from factory.infra.heartbeat import Heartbeat
+from factory.errors import IllegalTransition, RetryableError, StaleAttempt
 from factory.job import Job
+from factory.pipeline import engine
 from factory.pipeline.chunk_qc import measure_chunk
 from factory.pipeline.chunks import chunk_ready
-from factory.pipeline.claims import TTL as LEASE_SECONDS
 from factory.pipeline.claims import Claim, Unclaimed
-from factory.pipeline.context import StageContext
-from factory.pipeline.deliver import run_deliver
-from factory.pipeline.encode import ensure_chunk, run_encode
+from factory.pipeline.encode import ensure_chunk
 from factory.pipeline.files import Segments
 from factory.pipeline.generate import generate_segment as make_segment
-from factory.pipeline.mux import run_mux
-from factory.pipeline.qc import run_qc
 from factory.plan.chunks import plan_chunks
 from factory.plan.video import (
     next_segment,
@@ -50,15 +45,6 @@ log = logging.getLogger("factory.tasks")
 
 # The work stops here and the sweeper resumes the job later: infrastructure, not the job.
 INTERRUPTIONS = (RetryableError, SoftTimeLimitExceeded, OperationalError, RedisError)
-
-
-def _encode(ctx: StageContext, job: Job) -> Job:
-    """The encode stage, waiting for (or claiming) a chunk a chunk message is encoding."""
-    return run_encode(ctx, job, claims=runtime().claims)
-
-
-CPU_STAGE_FUNCTIONS = {Stage.ENCODE: _encode, Stage.MUX: run_mux, Stage.QC: run_qc,
-                       Stage.DELIVER: run_deliver}  # fmt: skip
 
 
 @app.task(name="factory.generate_segment", acks_late=False)
@@ -125,22 +111,13 @@ def generate_shot(job_id: str, attempt: int, shot: int | None = None) -> None:
         _make_shots(rt, job, prefer=shot)
 
 
-@contextlib.contextmanager
-def _settles(job_id: str, attempt: int, what: str) -> Iterator[None]:
-    """How a GPU task's work ends when it does not finish: fenced out (stop, nothing to
-    record), interrupted (the job handed back for the sweeper), or failed."""
-    try:
-        yield
-    except StaleAttempt as exc:
-        log.info(f"{what}.stopped", extra={"job_id": job_id, "reason": exc.reason})
-    except INTERRUPTIONS as exc:
-        log.warning(f"{what}.interrupted", extra={"job_id": job_id, "error": str(exc)})
-        _interrupt(job_id, attempt, exc)
-    except PermanentError as exc:
-        _fail(job_id, attempt, exc)
-    except Exception as exc:
-        _fail(job_id, attempt, exc, internal=True)
-        raise
+def _settles(job_id: str, attempt: int, what: str) -> contextlib.AbstractContextManager:
+    """How a task's work ends when it does not finish (the engine's rule): fenced out,
+    interrupted (handed back for the sweeper: `_interrupt`), or failed."""
+    return engine.settles(runtime().machine, job_id, attempt, what=what,
+                          interruptions=INTERRUPTIONS,
+                          interrupt=lambda exc: _interrupt(job_id, attempt, exc),
+                          reraise_internal=True)  # fmt: skip
 
 
 def _make_shots(rt: Runtime, job: Job, prefer: int | None = None) -> None:
@@ -157,12 +134,12 @@ def _make_shots(rt: Runtime, job: Job, prefer: int | None = None) -> None:
                 return
             held = False
             for shot in sorted(open_shots(job), key=lambda k: (k != prefer, k)):
-                with rt.claims.hold(_shot_lease(job, shot)) as lease:
+                with rt.claims.hold(engine.shot_lease(job, shot)) as lease:
                     if lease is None or isinstance(lease, Unclaimed):
                         continue  # another holder's, or Redis cannot say: never two holders
                     held = True
-                    rt.machine.note(job.job_id, "shot.taken", {"shot": shot, "worker": rt.worker,
-                                                               "attempt": job.attempt})  # fmt: skip
+                    job = rt.machine.take_shot(job.job_id, attempt=job.attempt, shot=shot,
+                                               holder=lease.holder, worker=rt.worker)  # fmt: skip
                     job, longest, more = _make_shot(rt, job, shot, lease, started, longest)
                     if not more:  # out of time, or this worker is leaving: hand it on
                         queue = rt.own_queue if _own_queue_alive(rt) else GPU_SHARED
@@ -190,7 +167,8 @@ def _make_shot(
         ):
             return job, longest, False
         began, before = time.monotonic(), job
-        job, rt.warm = make_segment(rt.ctx, job, rt.warm, shot=shot, keep=lease.held)
+        job, rt.warm = make_segment(rt.ctx, job, rt.warm, shot=shot, keep=lease.held,
+                                    holder=lease.holder)  # fmt: skip
         longest = max(longest, time.monotonic() - began)
         mine = {p.index for p in video_plan(job.video) if p.shot == shot}
         made = segments_made(before, job) & mine  # not what other holders recorded meanwhile
@@ -198,10 +176,6 @@ def _make_shot(
                                         "shot": shot})  # fmt: skip
         _send_ready_chunks(job, made)
     return job, longest, True
-
-
-def _shot_lease(job: Job, shot: int) -> str:
-    return f"shot/{job.job_id}/{job.attempt}/{shot}"
 
 
 def _send_ready_chunks(job: Job, made: set[int]) -> None:
@@ -236,22 +210,16 @@ def cpu_stage(self, job_id: str, stage_name: str, attempt: int | None = None) ->
         return
     try:
         job = rt.machine.claim(job_id, seen_attempt=job.attempt, worker=rt.worker)
-        with _heartbeat(rt, job):
-            job = CPU_STAGE_FUNCTIONS[stage](rt.ctx, job)
     except StaleAttempt as exc:
         self.request.chain = None
         log.info("stage.stopped", extra={"job_id": job_id, "reason": exc.reason})
-    except INTERRUPTIONS as exc:
-        self.request.chain = None
-        log.warning("stage.interrupted", extra={"job_id": job_id, "error": str(exc)})
-        _interrupt(job_id, job.attempt, exc)
-    except PermanentError as exc:
-        self.request.chain = None
-        _fail(job_id, job.attempt, exc)
-    except Exception as exc:
-        self.request.chain = None
-        _fail(job_id, job.attempt, exc, internal=True)
-        raise
+        return
+    try:
+        with _settles(job_id, job.attempt, "stage") as ending, engine.heartbeat(rt.ctx, job):
+            engine.stage_step(rt.ctx, job, claims=rt.claims)
+    finally:
+        if ending.how is not None:
+            self.request.chain = None  # the chain goes no further than where the job stopped
 
 
 @app.task(name="factory.encode_chunk", acks_late=False)
@@ -279,37 +247,36 @@ def sweep() -> dict[str, list[str]]:
         stale_after=rt.settings.stale_after,
         waiting=lambda: broker.waiting_messages(rt.settings.broker_url or ""),
         max_recoveries=rt.settings.max_recoveries,
-        worker=f"{rt.worker} (sweeper)",
+        worker=f"{rt.worker}{engine.SWEEPER}",
     )
     for job in claimed:
         log.warning("sweep.resumed", extra={"job_id": job.job_id, "stage": job.stage.value})
         dispatch.dispatch(app, job)
     for job in failed:
         log.error("sweep.gave_up", extra={"job_id": job.job_id})
-    offered = _offer_open_shots(rt)
+    offered = _offer_open_shots(rt, recovered={j.job_id for j in claimed})
     return {"resumed": [j.job_id for j in claimed], "failed": [j.job_id for j in failed],
             "offered": offered}  # fmt: skip
 
 
-def _offer_open_shots(rt: Runtime) -> list[str]:
-    """The shots of videos in generation that no one holds while the job itself is held (a
-    holder died mid-shot while the others work on): one `generate_shot` message each, at
-    most once per lease lifetime (30 s), so an idle GPU resumes it within a sweep of its
-    lease's expiry instead of once the job has gone quiet."""
+def _offer_open_shots(rt: Runtime, recovered: set[str]) -> list[str]:
+    """One `generate_shot` message for each shot the engine says to offer."""
     offered = []
-    for job in rt.machine.list_jobs(stage=Stage.GENERATE):
-        if job.claimed_by is None or len(video_shots(job.video)) < 2:
-            continue
-        for shot in open_shots(job):
-            lease = _shot_lease(job, shot)
-            # At most once per lease lifetime: a shot offered while its first holder's join
-            # message waited is offered again soon after a holder that took it dies.
-            if rt.claims.held(lease) or not rt.claims.once(f"offered/{lease}", LEASE_SECONDS):
-                continue
-            dispatch.send_shot(app, job, shot=shot)
-            offered.append(f"{job.job_id}#{shot}")
-            log.info("sweep.offered_shot", extra={"job_id": job.job_id, "shot": shot})
+    for job, shot in engine.shots_to_offer(rt.machine, rt.claims, lambda: _waiting_shots(rt),
+                                           recovered=recovered,
+                                           lease_seconds=rt.settings.lease_seconds,
+                                           sweep_seconds=rt.settings.sweep_every):  # fmt: skip
+        dispatch.send_shot(app, job, shot=shot)
+        offered.append(f"{job.job_id}#{shot}")
+        log.info("sweep.offered_shot", extra={"job_id": job.job_id, "shot": shot})
     return offered
+
+
+def _waiting_shots(rt: Runtime) -> dict[tuple[str, int], list[int | None]]:
+    url = rt.settings.broker_url or ""
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        return {}
+    return broker.waiting_shots(url)
 
 
 def _time_for_another(rt: Runtime, elapsed: float, longest: float) -> bool:
@@ -325,9 +292,8 @@ def _own_queue_alive(rt: Runtime) -> bool:
     return bool(rt.broker.exists(ALIVE_PREFIX + rt.own_queue))
 
 
-def _heartbeat(rt: Runtime, job: Job) -> Heartbeat:
-    return Heartbeat(rt.machine, job.job_id, job.attempt, rt.settings.heartbeat_every,
-                     stale_after=rt.settings.stale_after)  # fmt: skip
+def _heartbeat(rt: Runtime, job: Job) -> contextlib.AbstractContextManager:
+    return engine.heartbeat(rt.ctx, job)
 
 
 def _dropped(job_id: str, stage: str, attempt: int, reason: str) -> None:
@@ -374,12 +340,3 @@ def _interrupt(job_id: str, attempt: int, exc: Exception) -> None:
     if job.stage is Stage.FAILED:
         message = (job.last_error or {}).get("message", "")
         log.error("job.failed", extra={"job_id": job_id, "kind": "NoProgress", "error": message})
-
-
-def _fail(job_id: str, attempt: int, exc: Exception, internal: bool = False) -> None:
-    rt = runtime()
-    kind = "InternalError" if internal else type(exc).__name__
-    message = f"{type(exc).__name__}: {exc}" if internal else str(exc)
-    log.error("job.failed", extra={"job_id": job_id, "kind": kind, "error": message})
-    with contextlib.suppress(StaleAttempt):
-        rt.machine.fail(job_id, attempt=attempt, kind=kind, message=message[:4000])

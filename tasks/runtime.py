@@ -5,6 +5,7 @@ crosses a fork."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import socket
 from dataclasses import dataclass, field
@@ -45,7 +46,8 @@ class Runtime:
         """Claims on chunks being encoded (factory/pipeline/claims.py): in Redis, shared by
         every worker (FACTORY_REDIS_URL, else the broker's Redis)."""
         if self._claims is None:
-            self._claims = open_claims(self.settings.redis_url, self.settings.broker_url)
+            self._claims = open_claims(self.settings.redis_url, self.settings.broker_url,
+                                       ttl=self.settings.lease_seconds)  # fmt: skip
         return self._claims
 
     @property
@@ -59,6 +61,9 @@ _runtime: Runtime | None = None
 def runtime() -> Runtime:
     global _runtime
     if _runtime is None or _runtime.worker.split("/")[-1] != f"pid-{os.getpid()}":
+        # The spec parser every job's `video` needs (its pydantic models take about half a
+        # second to build): loaded with the process, not inside the first job it takes.
+        importlib.import_module("factory.manifest")
         settings = Settings.from_env()
         factory = Factory.open(settings)
         ctx = StageContext.from_settings(

@@ -55,6 +55,7 @@ class Settings:
     store_url: str
     redis_url: str | None
     stale_after: int
+    lease_seconds: int
     sweep_every: int
     submit_token_ttl: int
     max_recoveries: int
@@ -127,6 +128,7 @@ class Settings:
             store_url=store_url,
             redis_url=env.get("FACTORY_REDIS_URL") or None,
             stale_after=positive_int(env, "FACTORY_STALE_AFTER", 300),
+            lease_seconds=positive_int(env, "FACTORY_LEASE_SECONDS", 30),
             sweep_every=positive_int(env, "FACTORY_SWEEP_EVERY", 30),
             submit_token_ttl=positive_int(env, "FACTORY_SUBMIT_TOKEN_TTL", 600),
             max_recoveries=positive_int(env, "FACTORY_MAX_RECOVERIES", 3),

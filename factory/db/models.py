@@ -175,13 +175,16 @@ job_segments = Table(
     Column("seam", Json, nullable=True),  # the seam before this segment, with regenerations
     Column("memory", Json, nullable=True),
     Column("made_at", UtcDateTime, nullable=True),
+    # The shot holder's lease token where one made it (part of its store keys), else None.
+    Column("holder", String(64), nullable=True),
 )
 
 # Every delivery of a job, append-only: a number is taken (`pending`) before the delivery
 # writes its files under a prefix of its own, and becomes `delivered` (and the job's current
 # version) only after every file is stored and verified. A delivered row and its files are
-# never written again; a pending row whose attempt died stays `pending` (its number is not
-# reused, so no writer can meet another under one prefix).
+# never written again; a pending row whose attempt died stays `pending` (the same run's next
+# delivery takes it over); one whose redo was dropped (cancelled, rejected) becomes `dropped`
+# and its number is never published.
 job_versions = Table(
     "job_versions",
     metadata,
@@ -196,7 +199,7 @@ job_versions = Table(
     Column("actor", Text, nullable=False, default=""),
     Column("reserved_at", UtcDateTime, nullable=False),
     Column("delivered_at", UtcDateTime, nullable=True),
-    CheckConstraint("state IN ('pending', 'delivered')", name="state"),
+    CheckConstraint("state IN ('pending', 'delivered', 'dropped')", name="state"),
     CheckConstraint("version >= 1", name="version"),
 )
 

@@ -6,17 +6,18 @@ or heartbeat that it must stop. A redo of a delivered job is in operator_redo.py
 
 from __future__ import annotations
 
+import copy
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Connection, delete, update
+from sqlalchemy import Connection, delete, select, update
 
 from factory.db.core import _by, _insert_for, _with_timing
 from factory.db.models import batches, job_segments, jobs
-from factory.db.operator_redo import RedoActions
+from factory.db.operator_redo import RedoActions, _segment_row
 from factory.errors import BadInput, InvalidOperation
 from factory.job import Job, discardable_redo
 from factory.plan.video import video_plan
@@ -173,7 +174,11 @@ class OperatorActions(RedoActions):
                     )
                 _refuse_after_gc(job, from_stage)
                 target, progress = from_stage, reset_progress(job.progress, from_stage)
-                if order(from_stage) <= order(Stage.GENERATE):
+                remakes = order(from_stage) <= order(Stage.GENERATE)
+                if discardable_redo(job):
+                    # A redo pending: what a later discard puts back must survive the reset.
+                    progress["redo"] = self._keep_for_discard(conn, job, progress, remakes)
+                if remakes:
                     conn.execute(delete(job_segments).where(job_segments.c.job_id == job_id))
                 progress.pop("gc", None)  # after gc only generate gets here: all made anew
                 # Everything redone is made anew, never picked up from an earlier run: the
@@ -210,6 +215,30 @@ class OperatorActions(RedoActions):
                  **_by(actor)},
             )  # fmt: skip
             return self._settled(conn, self._read(conn, job_id))  # --from review parks it
+
+    def _keep_for_discard(
+        self, conn: Connection, job: Job, reset: dict[str, Any], remakes: bool
+    ) -> dict[str, Any]:
+        """The pending redo's record with everything a requeue of it is about to drop and a
+        discard must put back (the version before the redo): the records of the segments the
+        redo did not replace (a remake deletes every row), and the progress keys the reset
+        changes that the redo's restore does not hold yet."""
+        redo = copy.deepcopy(job.progress["redo"])
+        restore = redo["restore"]
+        if remakes:
+            kept = {row["segment"] for row in restore["segments"]}
+            rows = conn.execute(select(job_segments).where(job_segments.c.job_id == job.job_id))
+            restore["segments"] += [_segment_row(row) for row in rows
+                                    if row.segment not in kept]  # fmt: skip
+        saved, absent = restore["progress"], restore.setdefault("absent", [])
+        for key in sorted(set(job.progress) | set(reset)):
+            if key in _NOT_RESTORED or key in saved or key in absent:
+                continue
+            if key not in job.progress:
+                absent.append(key)
+            elif reset.get(key) != job.progress[key]:
+                saved[key] = copy.deepcopy(job.progress[key])
+        return redo
 
     # --- review (a batch with `review: required`) -------------------------------------
 
@@ -292,6 +321,11 @@ class OperatorActions(RedoActions):
             detail["note" if approved else "reason"] = text
             self._event(conn, job_id, target, verb, job.attempt + 1, job.trace_id, detail)
             return self._settled(conn, self._read(conn, job_id))
+
+
+# Progress a discard sets itself (segments, frame) or that is the redo's own.
+_NOT_RESTORED = ("segments", "frame", "redo", "timings", "interrupted", "frames_total",
+                 "segments_total", "segment_ranges", "holders")  # fmt: skip
 
 
 def _what_is_in_review(job: Job, candidate: int) -> str:

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, select, update
 
 from factory.db.core import MachineCore, _by, _insert_for
-from factory.db.models import batches, job_segments, jobs
+from factory.db.models import batches, job_segments, job_versions, jobs
 from factory.errors import InvalidOperation
 from factory.job import Job
 from factory.plan.redo import give
@@ -28,7 +28,7 @@ class RedoActions(MachineCore):
     def start_redo(
         self, job_id: str, *, plan: dict[str, Any], seed: int | None, prompt: str | None,
         reason: str, actor: str, joins: dict[str, Any] | None = None,
-        material: dict[str, Any] | None = None,
+        material: dict[str, Any] | None = None, planned_attempt: int | None = None,
     ) -> Job:  # fmt: skip
         """A delivered job goes back to `generate` for the plan's segments only: they leave
         ``progress.segments`` (the generate stage makes exactly those again, each from the
@@ -36,9 +36,13 @@ class RedoActions(MachineCore):
         is until the new version passes QC. Fenced like requeue (attempt + 1). A plan without
         segments changes `joins` between shots (factory/plan/rejoin.py): the job goes to
         `encode` with them as ``progress.joins``. ``material``: ``progress.material`` as a
-        redo that swaps a scene's picture or camera move leaves it (factory/plan/material.py)."""
+        redo that swaps a scene's picture or camera move leaves it (factory/plan/material.py).
+        ``planned_attempt``: the attempt the plan was made against; a job that moved since (an
+        operator's redo, requeue or cancel in between) is refused, never redone over it."""
         with self.database.transaction() as conn:
             job = self._read(conn, job_id, lock=True)
+            if planned_attempt is not None:
+                _refuse_if_moved(job, planned_attempt, plan, self._next_version(conn, job))
             if Action.REDO not in job.actions and job.stage is not Stage.DONE:
                 raise InvalidOperation(
                     f"job {job_id} is {job.stage.value}; only a delivered (done) job can be "
@@ -62,6 +66,7 @@ class RedoActions(MachineCore):
             # The files the version before made these segments from: its encoded chunks are
             # named by them, and a redo copies the GOPs it does not change from those chunks.
             previous = {str(row.segment): row.attempt for row in rows}
+            holders = {str(row.segment): row.holder for row in rows if row.holder}
             # What a discarded redo (rejected, cancelled) puts back: the records of the segments
             # it replaces and the later stages' progress of the version before it.
             restore = {
@@ -73,7 +78,11 @@ class RedoActions(MachineCore):
             plan = {**plan, "version": self._next_version(conn, job)}
             source = None
             if join is not None:
-                source = {"index": join, "attempt": previous.get(str(join))}
+                source = {
+                    "index": join,
+                    "attempt": previous.get(str(join)),
+                    **({"holder": holders[str(join)]} if str(join) in holders else {}),
+                }
             now = self.now(conn)
             progress = {k: v for k, v in job.progress.items() if k not in ("encode", "mux", "qc")}
             # The chunks keep the epoch the delivered version's are named by, so the chunks
@@ -99,6 +108,7 @@ class RedoActions(MachineCore):
                 **plan, "seed": seed, "prompt": prompt, "reason": reason, "actor": actor,
                 "join_source": source, "at": now.isoformat(), "from_attempt": job.attempt,
                 "previous": previous, "restore": restore,
+                **({"previous_holders": holders} if holders else {}),
                 # What the version before was made with: making this version again from
                 # nothing replays its join from that past (factory/pipeline/lineage.py).
                 "before": {k: job.progress.get(k) for k in _LINEAGE_KEYS},
@@ -135,6 +145,8 @@ class RedoActions(MachineCore):
         progress = {k: v for k, v in job.progress.items()
                     if k not in (*_REDO_RESTORES, "redo", "interrupted")}  # fmt: skip
         progress |= copy.deepcopy(restore["progress"])
+        for key in restore.get("absent", ()):  # keys a requeue of the redo added since
+            progress.pop(key, None)
         if (redo.get("before") or {}).get("anchor"):  # a redo of segment 0 moved it
             progress["anchor"] = copy.deepcopy(redo["before"]["anchor"])
         progress["segments"] = list(range(progress.get("segments_total", 0)))
@@ -157,8 +169,21 @@ class RedoActions(MachineCore):
         conn.execute(
             update(batches).where(batches.c.batch == job.batch).values(review_notified_at=None)
         )
+        # A number the redo's delivery reserved is never published: the next redo takes the
+        # next free one, never files a dropped writer may have left under this one's prefix.
+        dropped = (
+            conn.execute(
+                update(job_versions)
+                .where(job_versions.c.job_id == job.job_id, job_versions.c.state == "pending")
+                .values(state="dropped")
+                .returning(job_versions.c.version)
+            )
+            .scalars()
+            .all()
+        )
         detail = {"from": job.stage.value, "how": how, "reason": why, "version": job.version,
                   "range": f"{redo['start']:g}-{redo['end']:g}", "segments": redo["segments"],
+                  **({"dropped_versions": sorted(dropped)} if dropped else {}),
                   **_by(actor)}  # fmt: skip
         if how == "rejected":
             self._event(conn, job.job_id, Stage.DONE, "rejected", job.attempt + 1, job.trace_id,
@@ -173,6 +198,19 @@ _LINEAGE_KEYS = ("seeds", "prompts", "anchor", "material")
 # Progress keys a redo replaces and a discarded redo puts back as they were before it.
 _REDO_RESTORES = ("encode", "mux", "qc", "review", "seeds", "prompts", "timings", "joins",
                   "material")  # fmt: skip
+
+
+def _refuse_if_moved(job: Job, planned_attempt: int, plan: dict[str, Any], version: int) -> None:
+    """A plan is made against one state of the job (what it reads: segments, joins, material,
+    the next version number); started over another it would undo what came between."""
+    if job.attempt == planned_attempt and plan.get("version", version) == version:
+        return
+    raise InvalidOperation(
+        f"job {job.job_id}: the job changed since this plan; plan it again (planned against "
+        f"attempt {planned_attempt} to be version {plan.get('version')}; the job is "
+        f"{job.stage.value} at attempt {job.attempt} now, its next version {version})",
+        field="job",
+    )
 
 
 def _segment_row(row: Any) -> dict[str, Any]:

@@ -111,13 +111,18 @@ class WorkerWrites(MachineCore):
         updates: dict[str, Any],
         event: str | None = None,
         detail: dict[str, Any] | None = None,
+        stage: Stage | None = None,
     ) -> Job:
         """Replace top-level progress keys; optionally record an event on the timeline.
+        ``stage``: the stage the writer runs; a writer of a stage the job has left (under the
+        same attempt) changes nothing (workers always give it; docs/jobs.md, "Fencing").
 
         Recording work (non-empty ``updates``) is progress: the counts of recoveries and
         interruptions start again from zero."""
         with self.database.transaction() as conn:
             job = self._held(conn, job_id, attempt)
+            if stage is not None and job.stage is not stage:
+                raise self._fenced(conn, job_id, attempt)
             now = self.now(conn)
             progress = {**job.progress, **updates}
             values: dict[str, Any] = {"progress": progress, "updated_at": now, "heartbeat_at": now}
@@ -137,16 +142,20 @@ class WorkerWrites(MachineCore):
         record: SegmentRecord,
         updates: dict[str, Any],
         detail: dict[str, Any],
+        shot: int | None = None,
     ) -> Job:
         """A segment made and stored: its row in `job_segments`, its index in
         ``progress.segments`` with ``updates``, and the `segment.done` event, in one fenced
         transaction. The per-segment details live in their own rows, so the cost does not
-        grow with the segments already done."""
+        grow with the segments already done. Fenced by the attempt and the stage (generate);
+        a segment a shot's holder made (``record.holder``) also by that holder still being
+        the one `take_shot` recorded for ``shot``."""
         with self.database.transaction() as conn:
             if (
                 self.clock is None
                 and conn.dialect.name == "postgresql"
                 and "segments" not in updates
+                and record.holder is None
             ):
                 found = conn.execute(
                     _RECORD_SEGMENT,
@@ -166,6 +175,10 @@ class WorkerWrites(MachineCore):
                 if found is not None:
                     return Job.from_row(found)
             job = self._held(conn, job_id, attempt)  # fenced out, or not the next segment
+            if job.stage not in _MAKING:  # a holder still writing after the job moved on
+                raise self._fenced(conn, job_id, attempt)
+            if record.holder is not None:
+                _hold_shot(job, shot, record.holder)
             progress = {
                 **job.progress,
                 **updates,
@@ -176,7 +189,7 @@ class WorkerWrites(MachineCore):
             row = conn.execute(
                 update(jobs)
                 .where(jobs.c.job_id == job_id, jobs.c.attempt == attempt)
-                .where(jobs.c.stage == job.stage.value)
+                .where(jobs.c.stage.in_([s.value for s in _MAKING]))
                 .values(progress=progress, updated_at=now, heartbeat_at=now, recoveries=0)
                 .returning(*jobs.c)
             ).first()
@@ -190,6 +203,7 @@ class WorkerWrites(MachineCore):
                 "seam": record.seam,
                 "memory": record.memory,
                 "made_at": now,
+                "holder": record.holder,
             }
             conn.execute(
                 _insert_for(conn)(job_segments)
@@ -199,6 +213,22 @@ class WorkerWrites(MachineCore):
             self._event(conn, job_id, job.stage, "segment.done", attempt, job.trace_id, detail,
                         at=now)  # fmt: skip
             return Job.from_row(row)
+
+    def take_shot(self, job_id: str, *, attempt: int, shot: int, holder: str, worker: str) -> Job:
+        """``holder`` (a lease's own id) makes shot ``shot`` from now on, recorded under the
+        job's row lock: the segments of the shot's holder before it are fenced out
+        (`record_segment`), whatever its lease in Redis still says."""
+        with self.database.transaction() as conn:
+            job = self._held(conn, job_id, attempt)
+            if job.stage is not Stage.GENERATE:
+                raise self._fenced(conn, job_id, attempt)
+            holders = {**job.progress.get("holders", {}), str(shot): holder}
+            self._fenced_update(conn, job_id, attempt, {"progress": {**job.progress,
+                                "holders": holders}}, expected_stage=Stage.GENERATE)  # fmt: skip
+            self._event(conn, job_id, job.stage, "shot.taken", attempt, job.trace_id,
+                        {"shot": shot, "worker": worker, "attempt": attempt,
+                         "holder": holder})  # fmt: skip
+            return self._read(conn, job_id)
 
     def heartbeat(self, job_id: str, *, attempt: int) -> None:
         with self.database.transaction() as conn:
@@ -343,6 +373,18 @@ class WorkerWrites(MachineCore):
             self._event(conn, job_id, job.stage, event, job.attempt, job.trace_id, detail)
 
 
+# The stages segments are recorded in (a claimed job is generating from `queued` on).
+_MAKING = (Stage.QUEUED, Stage.GENERATE)
+
+
+def _hold_shot(job: Job, shot: int | None, holder: str) -> None:
+    """Refuse a shot holder's write once another holder took the shot (or none did)."""
+    now = job.progress.get("holders", {}).get(str(shot))
+    if shot is None or now != holder:
+        who = "no holder" if now is None else "another holder"
+        raise StaleAttempt(job.job_id, job.attempt, f"shot {shot} is held by {who} now")
+
+
 def _json_or_none(value: Any) -> str | None:
     return None if value is None else json.dumps(value)
 
@@ -392,13 +434,13 @@ _RECORD_SEGMENT = text(
         RETURNING *
     ), segment AS (
         INSERT INTO job_segments (job_id, segment, attempt, seconds, colour, seam, memory,
-                                  made_at)
+                                  made_at, holder)
         SELECT job_id, :index, :made_by, :seconds, CAST(:colour AS jsonb),
-               CAST(:seam AS jsonb), CAST(:memory AS jsonb), updated_at
+               CAST(:seam AS jsonb), CAST(:memory AS jsonb), updated_at, NULL
         FROM done
         ON CONFLICT (job_id, segment) DO UPDATE SET attempt = EXCLUDED.attempt,
             seconds = EXCLUDED.seconds, colour = EXCLUDED.colour, seam = EXCLUDED.seam,
-            memory = EXCLUDED.memory, made_at = EXCLUDED.made_at
+            memory = EXCLUDED.memory, made_at = EXCLUDED.made_at, holder = NULL
     ), event AS (
         INSERT INTO job_events (job_id, at, stage, event, attempt, detail, trace_id)
         SELECT job_id, updated_at, stage, 'segment.done', attempt, CAST(:detail AS jsonb),

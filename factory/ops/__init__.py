@@ -353,8 +353,8 @@ class Operations:
             seed = secrets.randbits(31)  # a new look unless only the prompt or material changes
         material = None
         if swaps:
-            swap = self._material_redo(self.machine.get(job_id), images, cameras, cascade,
-                                       remote)  # fmt: skip
+            job = self.machine.get(job_id)
+            swap = self._material_redo(job, images, cameras, cascade, remote)
             if swap.uploads:
                 from factory.ops import preflight
 
@@ -362,19 +362,22 @@ class Operations:
                 preflight.upload_files(swap.uploads, open_store(settings.store_url, settings.s3))
             plan, material = swap.plan, swap.material
         else:
-            _, plan = self.redo_plan(job_id, range_text=range_text, cascade=cascade)
+            job, plan = self.redo_plan(job_id, range_text=range_text, cascade=cascade)
         job = self.machine.start_redo(job_id, plan=plan.to_dict(), seed=seed,
                                       prompt=prompt.strip() if prompt else None,
-                                      reason=reason, actor=actor, material=material)  # fmt: skip
+                                      reason=reason, actor=actor, material=material,
+                                      planned_attempt=job.attempt)  # fmt: skip
         self._send([job])
         return plan, job
 
     def _rejoin(
         self, job_id: str, texts: Sequence[str], *, reason: str, actor: str
     ) -> tuple[RedoPlan, Job]:
-        plan, joins = self._rejoin_plan(self.machine.get(job_id), texts)
+        planned = self.machine.get(job_id)
+        plan, joins = self._rejoin_plan(planned, texts)
         job = self.machine.start_redo(job_id, plan=plan.to_dict(), seed=None, prompt=None,
-                                      reason=reason, actor=actor, joins=joins)  # fmt: skip
+                                      reason=reason, actor=actor, joins=joins,
+                                      planned_attempt=planned.attempt)  # fmt: skip
         self._send([job])
         return plan, job
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from factory.errors import BadInput
-from factory.job import Job
+from factory.job import Job, SegmentRecord
 from factory.media.presets import PRESETS
 from factory.pipeline import files
 from factory.plan.video import joins, shown_seams, video_plan
@@ -102,9 +102,9 @@ class JobFiles:
     def pictures(self, job: Job) -> list[str]:
         return [p for p in PICTURES if media_for(job, f"{p}.png")]
 
-    def thumbnail(self, job: Job, first_attempt: int | None) -> bytes | None:
-        """The video's first frame, small (PNG), from segment 0 as `first_attempt` made it."""
-        return self._thumbnails.get(job, first_attempt)
+    def thumbnail(self, job: Job, first: SegmentRecord) -> bytes | None:
+        """The video's first frame, small (PNG), from segment 0 as its record names it."""
+        return self._thumbnails.get(job, first.attempt, first.holder)
 
     def seam_picture(self, job: Job, seams: list[dict[str, Any]], seam: int) -> bytes | None:
         """The seam's two frames, cut from the contact sheet (its rows: factory/plan/video.py,
@@ -129,8 +129,8 @@ class Thumbnails:
         self._made: OrderedDict[str, bytes] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, job: Job, attempt: int | None) -> bytes | None:
-        key = keys.segment(job.batch, job.video_id, 0, attempt)
+    def get(self, job: Job, attempt: int | None, holder: str | None = None) -> bytes | None:
+        key = keys.segment(job.batch, job.video_id, 0, attempt, holder)
         with self._lock:
             if key in self._made:
                 self._made.move_to_end(key)

@@ -156,11 +156,16 @@ def chunks_done(ctx: StageContext, made: Segments) -> dict[str, set[int]]:
     }
 
 
-def record_chunks(ctx: StageContext, job: Job, done: dict[str, set[int]], total: int) -> Job:
+def record_chunks(
+    ctx: StageContext, job: Job, done: dict[str, set[int]], total: int, stage: Stage | None
+) -> Job:
+    """The chunks encoded so far; ``stage``: the stage the writer runs in (None: the chunk
+    encoder beside generation, whose chunks stay valid when the job moves on to encode)."""
     encode = {"chunks": {r: sorted(c) for r, c in done.items()}, "chunks_total": total}
     if "epoch" in job.progress.get("encode", {}):  # a redo's: its chunks' names depend on it
         encode["epoch"] = job.progress["encode"]["epoch"]
-    return ctx.machine.checkpoint(job.job_id, attempt=job.attempt, updates={"encode": encode})
+    return ctx.machine.checkpoint(job.job_id, attempt=job.attempt, updates={"encode": encode},
+                                  stage=stage)  # fmt: skip
 
 
 def run_encode(ctx: StageContext, job: Job, claims: Claims | None = None) -> Job:
@@ -173,7 +178,7 @@ def run_encode(ctx: StageContext, job: Job, claims: Claims | None = None) -> Job
             if chunk.index not in done[rendition]:
                 ensure_chunk(ctx, made, chunk, rendition, claims)
                 done[rendition].add(chunk.index)
-                job = record_chunks(ctx, job, done, len(chunks))
+                job = record_chunks(ctx, job, done, len(chunks), Stage.ENCODE)
     joined: dict[str, str] = {}
     digests: dict[str, list[str]] = {}  # the bytes of every chunk joined: QC's measurements
     for rendition in video.renditions:
@@ -197,7 +202,8 @@ def run_encode(ctx: StageContext, job: Job, claims: Claims | None = None) -> Job
         "digests": digests,  # what the qc stage finds the chunks' measurements by
         "epoch": made.chunks_epoch,  # what the chunks joined here are named by
     }
-    job = ctx.machine.checkpoint(job.job_id, attempt=job.attempt, updates={"encode": encode})
+    job = ctx.machine.checkpoint(job.job_id, attempt=job.attempt, updates={"encode": encode},
+                                 stage=Stage.ENCODE)  # fmt: skip
     return ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.MUX)
 
 
@@ -244,7 +250,7 @@ class ChunkEncoder:
                 ensure_chunk(self.ctx, made, chunk, rendition)
                 done[rendition].add(chunk.index)
         measure_chunk(self.ctx, made, chunk)
-        record_chunks(self.ctx, job, done, total)
+        record_chunks(self.ctx, job, done, total, None)
 
     def drain(self) -> None:
         futures, self._futures = self._futures, []

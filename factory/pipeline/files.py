@@ -1,6 +1,7 @@
 """The store keys of one job's files, as its records say (factory.store.keys says why they
-carry attempts and digests). A segment's files are named by the attempt that made it, which
-its row in `job_segments` records: `Segments.load` reads those rows once per stage."""
+carry attempts and digests). A segment's files are named by the attempt (and the shot
+holder) that made it, which its row in `job_segments` records: `Segments.load` reads those
+rows once per stage."""
 
 from __future__ import annotations
 
@@ -32,14 +33,21 @@ class Segments:
             raise PermanentError(f"job {self.job.job_id}: segment {index} is not recorded")
         return record.attempt
 
+    def holder(self, index: int) -> str | None:
+        self.attempt(index)  # recorded
+        return self.made[index].holder
+
     def segment(self, index: int) -> str:
-        return keys.segment(self.job.batch, self.job.video_id, index, self.attempt(index))
+        job = self.job
+        return keys.segment(job.batch, job.video_id, index, self.attempt(index), self.holder(index))
 
     def tail(self, index: int) -> str:
-        return keys.tail(self.job.batch, self.job.video_id, index, self.attempt(index))
+        job = self.job
+        return keys.tail(job.batch, job.video_id, index, self.attempt(index), self.holder(index))
 
     def carry(self, index: int) -> str:
-        return keys.carry(self.job.batch, self.job.video_id, index, self.attempt(index))
+        job = self.job
+        return keys.carry(job.batch, job.video_id, index, self.attempt(index), self.holder(index))
 
     def thumbs(self, index: int) -> str:
         """Seam thumbnails kept with a segment by the code before per-chunk QC."""
@@ -58,14 +66,16 @@ class Segments:
     def before_redo(self) -> Segments | None:
         """The segments as the version a running redo replaces had them (the names of its
         chunks), or None without a redo or for one started before these were recorded."""
-        previous = (self.job.progress.get("redo") or {}).get("previous")
+        redo = self.job.progress.get("redo") or {}
+        previous = redo.get("previous")
         if previous is None:
             return None
+        holders = redo.get("previous_holders") or {}
         made = {**self.made}
         for index, attempt in previous.items():
             record = made.get(int(index))
             if record is not None:
-                made[int(index)] = replace(record, attempt=attempt)
+                made[int(index)] = replace(record, attempt=attempt, holder=holders.get(index))
         return Segments(self.job, made)
 
     def chunk(self, rendition: str, index: int, segments: Iterable[int],

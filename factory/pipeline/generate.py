@@ -89,6 +89,7 @@ def generate_segment(
     warm: WarmTail | None = None,
     shot: int | None = None,
     keep: Callable[[], bool] | None = None,
+    holder: str | None = None,
 ) -> tuple[Job, WarmTail | None]:
     """Generate, stitch, check the seam, store and record the job's next segment (of shot
     `shot`, where several holders share a video's shots); the caller holds the job. A bad
@@ -96,7 +97,8 @@ def generate_segment(
     operation that last made it did (factory/pipeline/lineage.py): its seeds, prompt and
     drift anchor; a segment a redo joined into is its past frames cross-faded again,
     recorded with the redo's last segment. ``keep`` is asked right before anything is
-    stored (the holder's lease on the shot is still its own); False: StaleAttempt."""
+    stored (the holder's lease on the shot is still its own); False: StaleAttempt. ``holder``:
+    that lease's id, in the names of the files it stores and fenced with its records."""
     plan = next_segment(job, shot)
     if plan is None:
         return job, warm
@@ -109,13 +111,13 @@ def generate_segment(
     tail, carry, before = _what_it_continues(ctx, job, plan, generator, warm)
     redo = job.progress.get("redo")
     plans = video_plan(video)
-    pasts = Pasts(ctx, job, history, generator, _made)
+    pasts = Pasts(ctx, job, history, generator, _made, holder)
     started = time.monotonic()
     if history.joined(k, plan.index):
         # A redo's join whose last segment a later redo joined into in turn (that later join
         # was recorded, not this one): its past frames cross-faded again here, on their own.
         past = pasts.state(k - 1, plan.index)
-        return _join_again(ctx, job, plan, tail, before, past, op, plans), None
+        return _join_again(ctx, job, plan, tail, before, past, op, plans, holder), None
     join = plans[op.join] if op.join is not None and plan.index == op.last else None
     source = pasts.state(k - 1, join.index) if join is not None else None
 
@@ -125,6 +127,7 @@ def generate_segment(
             job_now.job_id,
             attempt=job_now.attempt,
             updates={},
+            stage=Stage.GENERATE,
             event="seam.regenerated",
             detail={"segment": plan.index, "regeneration": regeneration,
                     "failures": seam.failures, **seam.to_dict()},
@@ -134,17 +137,23 @@ def generate_segment(
     stitched, carried, seam, joined, joined_seam, regeneration = made
     stopping.check()  # a holder that lost the job stops before it writes anything
     if keep is not None and not keep():
-        raise StaleAttempt(job.job_id, job.attempt, f"shot {plan.shot} was taken by another")
-    store_segment(ctx, job, plan, stitched.frames, stitched.tail, carried)
+        raise StaleAttempt(
+            job.job_id,
+            job.attempt,
+            f"the lease on shot {plan.shot} is lost "
+            "(another holder has it, or it could not be renewed in time)",
+        )
+    store_segment(ctx, job, plan, stitched.frames, stitched.tail, carried, holder)
     # The join is recorded only while it is what the current content has (a later redo may
     # have made that segment again since; its seam was judged all the same, as when this redo
     # ran). The join first: a crash between the two records leaves this segment to make
     # again, which cross-fades the join again from the same source.
     if join and joined is not None and source and history.touched(history.final, join.index) == k:
-        job = _record_join(ctx, job, join, joined, source.tail, joined_seam, regeneration)
+        job = _record_join(ctx, job, join, joined, source.tail, joined_seam, regeneration,
+                           holder)  # fmt: skip
     seconds = round(time.monotonic() - started, 3)
     job = _record_made(ctx, job, plan, stitched, seam, regeneration, seconds, generator,
-                       prompts, pasts.made)  # fmt: skip
+                       prompts, pasts.made, holder)  # fmt: skip
     if redo is not None:
         ctx.machine.note(job.job_id, "redo.segment.done",
                          {"segment": plan.index, "version": redo["version"], "seconds": seconds,
@@ -161,6 +170,7 @@ def _join_again(
     past: Past,
     op: Operation,
     plans: list[SegmentPlan],
+    holder: str | None,
 ) -> Job:
     """A joined segment made again from its past frames: cross-faded from `tail`, its seam
     judged against `before`, recorded as the join."""
@@ -168,7 +178,7 @@ def _join_again(
     seam = score_seam(before, join_frames, plan.context, seam=plan.index,
                       frame=plan.write_start, fps=job.video.fps, limits=ctx.qc,
                       scene_change=scene_change_at(op.prompts, plans, plan.index))  # fmt: skip
-    return _record_join(ctx, job, plan, join_frames, past.tail, seam, 0)
+    return _record_join(ctx, job, plan, join_frames, past.tail, seam, 0, holder)
 
 
 def _what_it_continues(
@@ -205,6 +215,7 @@ def _record_made(
     generator: Generator,
     prompts: Any,
     past_segments_made: Any,
+    holder: str | None,
 ) -> Job:
     """The segment's record (its seam, colour and memory) and its `segment.done` event, in
     one fenced write; the job's drift anchor with segment 0."""
@@ -219,11 +230,13 @@ def _record_made(
         colour=colour_record(stitched.frames),
         seam={**seam.to_dict(), "regenerations": regeneration} if seam is not None else None,
         memory=used or None,
+        holder=holder,
     )
     return ctx.machine.record_segment(
         job.job_id,
         attempt=job.attempt,
         record=record,
+        shot=plan.shot,
         updates={
             **({"anchor": anchor_stats(stitched.frames)} if plan.index == 0 else {}),
             "frame": plan.write_end,
@@ -355,9 +368,10 @@ def _record_join(
     tail: np.ndarray | None,
     seam: Any,
     regeneration: int,
+    holder: str | None,
 ) -> Job:
-    """The joined segment under this attempt's names: its new frames, and its tail as it was
-    (the segment after it continues from that, unchanged)."""
+    """The joined segment under this attempt's (and shot holder's) names: its new frames, and
+    its tail as it was (the segment after it continues from that, unchanged)."""
     video = job.video
     batch, name = video.batch, video.video_id
     started = time.monotonic()
@@ -366,10 +380,10 @@ def _record_join(
         write_segment(folder / "join.mkv", frames, video.fps)
         if join.tail and tail is not None:
             write_tail(folder / "tail.npy", tail)
-            ctx.store.put_file(keys.tail(batch, name, join.index, job.attempt),
+            ctx.store.put_file(keys.tail(batch, name, join.index, job.attempt, holder),
                                folder / "tail.npy", move=True)  # fmt: skip
         stopping.check()
-        ctx.store.put_file(keys.segment(batch, name, join.index, job.attempt),
+        ctx.store.put_file(keys.segment(batch, name, join.index, job.attempt, holder),
                            folder / "join.mkv", move=True)  # fmt: skip
     made = ctx.machine.segment(job.job_id, join.index)
     record = SegmentRecord(
@@ -379,11 +393,13 @@ def _record_join(
         colour=colour_record(frames),
         seam={**seam.to_dict(), "regenerations": regeneration, "join": True},
         memory=made.memory if made else None,
+        holder=holder,
     )
     return ctx.machine.record_segment(
         job.job_id,
         attempt=job.attempt,
         record=record,
+        shot=join.shot,
         updates={},
         detail={"segment": join.index, "join": True, "frames": join.write_count,
                 "seconds": round(time.monotonic() - started, 3)},

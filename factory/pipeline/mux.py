@@ -55,7 +55,10 @@ def run_mux(ctx: StageContext, job: Job) -> Job:
             muxed[rendition] = keys.muxed(video.batch, video.video_id, rendition, job.attempt)
             ctx.store.put_file(muxed[rendition], target, move=True)
     job = ctx.machine.checkpoint(
-        job.job_id, attempt=job.attempt, updates={"mux": {"audio": audio_key, "muxed": muxed}}
+        job.job_id,
+        attempt=job.attempt,
+        updates={"mux": {"audio": audio_key, "muxed": muxed}},
+        stage=Stage.MUX,
     )
     return ctx.machine.transition(job.job_id, attempt=job.attempt, to=Stage.QC)
 

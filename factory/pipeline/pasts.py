@@ -48,10 +48,13 @@ class Pasts:
         history: Lineage,
         generator: Generator,
         make: Callable[..., tuple[Any, ...]],
+        holder: str | None = None,
     ) -> None:
         """`make`: how the generate stage makes a segment as an operation made it (its
-        `_made`), for the segments no file holds any more."""
+        `_made`), for the segments no file holds any more; `holder`: the shot holder this
+        runs for (the past files it writes are its own)."""
         self.ctx, self.job, self.history, self.generator = ctx, job, history, generator
+        self.holder = holder
         self._make_segment = make
         self.known: dict[tuple[int, int], Past] = {}
         self.made: list[list[int]] = []  # [operation, segment] made again by this call
@@ -82,7 +85,7 @@ class Pasts:
             tail = made.tail(index) if video_plan(video)[index].tail else None
             past = self._stored((made.segment(index), tail))
         else:
-            key = keys.past(video.batch, video.video_id, t, index, job.progress.get("epoch", 0))
+            key = keys.past(video.batch, video.video_id, t, index, job.attempt, self.holder)
             if not ctx.store.exists(key):
                 return None
             past = self._stored((key, key + ".tail.npy"))
@@ -128,7 +131,7 @@ class Pasts:
                                  source)  # fmt: skip
             past = Past(stitched.frames, stitched.tail if plan.tail else None)
         stopping.check()
-        key = keys.past(video.batch, video.video_id, t, index, job.progress.get("epoch", 0))
+        key = keys.past(video.batch, video.video_id, t, index, job.attempt, self.holder)
         with tempfile.TemporaryDirectory(dir=ctx.work_dir(video)) as scratch:
             folder = ctx.work_dir(video) / scratch
             if past.tail is not None:
@@ -144,10 +147,12 @@ def join_source_keys(job: Job, index: int) -> tuple[str, str | None]:
     """The joined segment's files as the version before the running redo stored them (the
     redo's plan names that version's attempt), never a join made since."""
     video = job.video
-    attempt = job.progress["redo"]["join_source"]["attempt"]
-    tail = keys.tail(video.batch, video.video_id, index, attempt)
+    source = job.progress["redo"]["join_source"]
+    attempt, holder = source["attempt"], source.get("holder")
+    tail = keys.tail(video.batch, video.video_id, index, attempt, holder)
     has_tail = video_plan(video)[index].tail
-    return keys.segment(video.batch, video.video_id, index, attempt), tail if has_tail else None
+    segment = keys.segment(video.batch, video.video_id, index, attempt, holder)
+    return segment, tail if has_tail else None
 
 
 def job_lineage(ctx: StageContext, job: Job) -> Lineage:

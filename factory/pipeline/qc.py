@@ -99,6 +99,7 @@ def run_qc(ctx: StageContext, job: Job) -> Job:
         job.job_id,
         attempt=job.attempt,
         updates={"qc": summary},
+        stage=Stage.QC,
         event="qc.done",
         detail={"passed": document["passed"], "failures": summary["failures"]},
     )

@@ -25,10 +25,11 @@ def store_segment(
     frames: np.ndarray,
     tail: np.ndarray,
     carry: bytes | None = None,
+    holder: str | None = None,
 ) -> None:
-    """The segment's files under names of this attempt: whatever a stale holder of the same
-    segment writes lands beside them, never on them; the checkpoint then records which
-    attempt's files are the segment."""
+    """The segment's files under names of this attempt (and of this shot holder, ``holder``):
+    whatever a stale holder of the same segment writes lands beside them, never on them; the
+    checkpoint then records whose files are the segment."""
     video = job.video
     batch, name, attempt = video.batch, video.video_id, job.attempt
     work = ctx.work_dir(video)
@@ -38,11 +39,15 @@ def store_segment(
         if plan.tail:
             tail_file = work / scratch / "tail.npy"
             write_tail(tail_file, tail)
-            ctx.store.put_file(keys.tail(batch, name, plan.index, attempt), tail_file, move=True)
+            ctx.store.put_file(
+                keys.tail(batch, name, plan.index, attempt, holder), tail_file, move=True
+            )
         if carry is not None and not plan.is_last:
-            ctx.store.put_bytes(keys.carry(batch, name, plan.index, attempt), carry)
+            ctx.store.put_bytes(keys.carry(batch, name, plan.index, attempt, holder), carry)
         stopping.check()
-        ctx.store.put_file(keys.segment(batch, name, plan.index, attempt), segment_file, move=True)
+        ctx.store.put_file(
+            keys.segment(batch, name, plan.index, attempt, holder), segment_file, move=True
+        )
 
 
 def recorded(ctx: StageContext, job: Job, index: int) -> Segments:

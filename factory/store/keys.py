@@ -3,8 +3,9 @@
 Files that a checkpoint will point at are never shared between writers, so a worker that
 lost its job (a stale holder) can never change what the new holder committed:
 
-- a segment's files carry the attempt that made them (`segments/00003-a12.mkv`), and the
-  checkpoint records that attempt in `progress.segment_attempts`;
+- a segment's files carry the attempt that made them (`segments/00003-a12.mkv`) and, for a
+  video whose shots several GPUs make under one attempt, the holder's lease
+  (`segments/00003-a12-h3f9c0d1e2b4a.mkv`); its row in `job_segments` records both;
 - what a stage derives (joined video, audio, muxed renditions, QC report and pictures) lies
   under `work/a{attempt}/` of the attempt that ran the stage, recorded in its progress key;
 - a chunk is named by what it is made of (the epoch and the segment files, hashed): two
@@ -22,29 +23,44 @@ def job_prefix(batch: str, video: str) -> str:
     return f"{batch}/{video}"
 
 
-def _segment_stem(batch: str, video: str, index: int, attempt: int | None) -> str:
+def _segment_stem(
+    batch: str, video: str, index: int, attempt: int | None, holder: str | None = None
+) -> str:
     suffix = "" if attempt is None else f"-a{attempt}"
+    suffix += f"-h{holder}" if holder else ""
     return f"{batch}/{video}/segments/{index:05d}{suffix}"
 
 
-def segment(batch: str, video: str, index: int, attempt: int | None = None) -> str:
-    return _segment_stem(batch, video, index, attempt) + ".mkv"
+def segment(
+    batch: str, video: str, index: int, attempt: int | None = None, holder: str | None = None
+) -> str:
+    """A segment's lossless file; ``holder``: the lease of the shot holder that made it (the
+    holders of one video's shots share an attempt, never a file)."""
+    return _segment_stem(batch, video, index, attempt, holder) + ".mkv"
 
 
-def tail(batch: str, video: str, index: int, attempt: int | None = None) -> str:
-    return _segment_stem(batch, video, index, attempt) + ".tail.npy"
+def tail(
+    batch: str, video: str, index: int, attempt: int | None = None, holder: str | None = None
+) -> str:
+    return _segment_stem(batch, video, index, attempt, holder) + ".tail.npy"
 
 
-def carry(batch: str, video: str, index: int, attempt: int | None = None) -> str:
+def carry(
+    batch: str, video: str, index: int, attempt: int | None = None, holder: str | None = None
+) -> str:
     """What a latent family's next segment continues from (factory.generate.latent_backend)."""
-    return _segment_stem(batch, video, index, attempt) + ".carry.safetensors"
+    return _segment_stem(batch, video, index, attempt, holder) + ".carry.safetensors"
 
 
-def past(batch: str, video: str, operation: int, index: int, epoch: int) -> str:
+def past(
+    batch: str, video: str, operation: int, index: int, attempt: int, holder: str | None = None
+) -> str:
     """Segment ``index`` as it stood after operation ``operation`` of the job's lineage, made
-    again to replay a join (factory/pipeline/lineage.py); under segments/ so that gc takes it
-    with the segments. The tail beside it: the same name + ``.tail.npy``."""
-    return f"{batch}/{video}/segments/past-e{epoch}-o{operation}-{index:05d}.mkv"
+    again to replay a join (factory/pipeline/lineage.py) by ``attempt`` (and the shot holder
+    ``holder``): like a segment, never a file another writer writes too; under segments/ so
+    that gc takes it with the segments. The tail beside it: the same name + ``.tail.npy``."""
+    stem = f"a{attempt}" + (f"-h{holder}" if holder else "")
+    return f"{batch}/{video}/segments/past-{stem}-o{operation}-{index:05d}.mkv"
 
 
 def thumbs(batch: str, video: str, index: int, attempt: int | None = None) -> str:

@@ -33,7 +33,7 @@ def media(request: Request, job_id: str, name: str) -> Response:
     job = ops.job(job_id)
     if name == "thumb.png":
         first = ops.job_view(job_id).segments.get(0)
-        data = request.app.state.files.thumbnail(job, first.attempt) if first else None
+        data = request.app.state.files.thumbnail(job, first) if first else None
         if data is None:
             raise HTTPException(404, "no picture of this video yet")
         return _picture(request, data, "private, max-age=300")

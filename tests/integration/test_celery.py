@@ -361,3 +361,27 @@ def test_a_review_batch_waits_and_an_approval_is_delivered_by_the_workers(
     assert sent_back.stage is Stage.FAILED and sent_back.stopped_stage is Stage.REVIEW
     assert sent_back.last_error["kind"] == "Rejected"
     assert not (cluster.home / "store" / "reviewed" / "v1" / "out").exists()
+
+
+def test_an_ffmpeg_failure_on_a_worker_keeps_its_command_and_return_code(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """The Celery path records a failure as the embedded one does (one engine): a mux whose
+    bed went bad in the store after submit fails with the ffmpeg command and its code."""
+    from factory.media.ffmpeg import ffmpeg_exe
+
+    bed = tmp_path / "sea.flac"
+    subprocess.run([ffmpeg_exe(), "-v", "error", "-f", "lavfi", "-i",
+                    "sine=frequency=330:duration=3", "-c:a", "flac", str(bed)],
+                   check=True)  # fmt: skip
+    assert run_cli("store", "put", str(bed), "beds/sea.flac", env=cluster.env).returncode == 0
+    [job_id] = cluster.submit(manifest(tmp_path / "m.yaml", "badbed", 1, audio="beds/sea.flac"))
+    (cluster.home / "store" / "beds" / "sea.flac").write_bytes(b"fLaC" + os.urandom(4096))
+    cluster.start_workers(gpus=1)
+    [job] = cluster.wait_done([job_id], timeout=240)
+    assert job.stage is Stage.FAILED and job.stopped_stage is Stage.MUX, cluster.logs()
+    error = job.last_error or {}
+    assert "ffmpeg" in error.get("command", ""), error
+    assert isinstance(error.get("returncode"), int) and error["returncode"] != 0, error
+    failed = [e for e in cluster.factory().jobs.events(job_id) if e.event == "failed"]
+    assert failed and failed[-1].detail.get("command") == error["command"]

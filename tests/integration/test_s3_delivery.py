@@ -14,7 +14,7 @@ from factory.config import Settings
 from factory.media.ffmpeg import ffmpeg_exe, run
 from factory.media.probe import probe
 from factory.pipeline.context import StageContext
-from factory.pipeline.runner import STAGE_FUNCTIONS
+from factory.pipeline.engine import STAGE_FUNCTIONS
 from factory.stages import Stage
 from factory.store.s3 import S3Store
 from tests.conftest import run_cli

@@ -8,6 +8,7 @@ an undisturbed twin's."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -23,7 +24,8 @@ from factory.stages import Stage
 from factory.store.file import FileStore
 from factory.wiring import Factory
 from tests.conftest import embedded_env, run_cli
-from tests.integration.cluster import Cluster, output_digests
+from tests.integration.cluster import Cluster, new_cluster, output_digests
+from tests.services import start_redis
 
 SECONDS = 0.6  # per `timed` segment
 
@@ -160,3 +162,64 @@ def test_a_gpu_killed_mid_shot_costs_one_segment_and_the_shot_resumes_elsewhere(
     else:
         assert recovered
     same_as_twin(cluster, job, tmp_path, manifest)
+
+
+def test_redis_down_longer_than_the_lease_two_holders_never_share_a_file(
+    tmp_path: Path, pg_url: str
+):
+    """Two GPU workers hold shots of one video; Redis (broker and leases) is stopped for
+    longer than a lease lives. Every holder stops writing once it cannot renew (leases fail
+    closed), the shots are taken again when Redis is back, no store object is written by two
+    holders (each holder's files carry its own id, and no id is taken twice), and what is
+    delivered equals an undisturbed run frame for frame."""
+    redis = start_redis(tmp_path / "redis")
+    cluster = new_cluster(tmp_path, pg_url, broker=redis.url())
+    cluster.env_overrides["FACTORY_LEASE_SECONDS"] = "4"
+    try:
+        manifest = four_shots(tmp_path / "m.yaml")
+        cluster.start_workers(gpus=2)
+        [job_id] = cluster.submit(manifest)
+        machine = cluster.factory().jobs
+        deadline = time.monotonic() + 120
+        while len([e for e in machine.events(job_id) if e.event == "shot.taken"]) < 2:
+            assert time.monotonic() < deadline, cluster.logs()
+            time.sleep(0.1)
+        redis.stop()
+        time.sleep(7)  # past every lease (4 s) and every holder's deadline (2 s)
+        redis.start()
+        [job] = cluster.wait_done([job_id], timeout=300)
+        assert job.stage is Stage.DONE, f"{job.last_error}\n{cluster.logs()}"
+        events = machine.events(job_id)
+        taken = [e.detail for e in events if e.event == "shot.taken"]
+        holders = [t["holder"] for t in taken]
+        assert len(set(holders)) == len(holders), "a holder id was given twice"
+        shot_of = {p.index: p.shot for p in video_plan(job.video)}
+        took = {(t["shot"], t["holder"]) for t in taken}
+        folder = cluster.home / "store" / job.batch / "v" / "segments"
+        for path in folder.iterdir():
+            found = re.fullmatch(r"(\d{5})-a\d+-h([0-9a-f]{12})\..*", path.name)
+            assert found, f"{path.name}: a segment file without its holder's id"
+            assert (shot_of[int(found[1])], found[2]) in took, f"{path.name}: not its shot's"
+        made = Segments.load(machine, job)
+        assert all(made.holder(p.index) for p in video_plan(job.video))
+        same_as_twin(cluster, job, tmp_path, manifest)
+    finally:
+        cluster.stop()
+        redis.stop()
+
+
+def test_shots_waiting_for_a_busy_gpu_are_not_offered_again(cluster: Cluster, tmp_path: Path):
+    """One GPU, four shots: the three shots it cannot start yet wait as messages in the queue
+    (the GPU then makes every shot itself, one after the other, and the messages find the
+    job in encode). The sweeper (every second, leases of 4 s) sends no more for them."""
+    manifest = four_shots(tmp_path / "m.yaml")
+    cluster.env_overrides["FACTORY_LEASE_SECONDS"] = "4"
+    cluster.env_overrides["FACTORY_STALE_AFTER"] = "600"
+    cluster.start_workers(gpus=1)
+    [job_id] = cluster.submit(manifest)
+    [job] = cluster.wait_done([job_id], timeout=300)
+    assert job.stage is Stage.DONE, f"{job.last_error}\n{cluster.logs()}"
+    assert "sweep.offered_shot" not in (cluster.home / "beat.log").read_text()
+    gpu = (cluster.home / "gpu0.log").read_text()
+    assert gpu.count("Task factory.generate_shot[") // 2 == 3, cluster.logs()  # received, done
+    assert set(cluster.segment_counts(job_id).values()) == {1}
