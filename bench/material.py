@@ -21,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +28,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from bench import least  # noqa: E402
 from factory.generate.base import SegmentSpec  # noqa: E402
 from factory.generate.procedural import ProceduralGenerator  # noqa: E402
 from factory.media.audio import audio_argv  # noqa: E402
@@ -37,15 +37,6 @@ from factory.media.ffmpeg import ffmpeg_exe, run  # noqa: E402
 from factory.media.sound import Cue, make_track  # noqa: E402
 
 WIDTH, HEIGHT, FRAMES = 640, 360, 48
-
-
-def least(runs: int, work: Callable[[], None]) -> float:
-    best = float("inf")
-    for _ in range(runs):
-        started = time.perf_counter()
-        work()
-        best = min(best, time.perf_counter() - started)
-    return best
 
 
 def sound(folder: Path, seconds: float) -> dict[str, float]:

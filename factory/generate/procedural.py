@@ -91,7 +91,7 @@ class ProceduralGenerator:
         frames += own[:, None, None, None] * cast
         frames += rng.normal(0, GRAIN_LEVELS, frames.shape[1:]).astype(np.float32)
         _caption(frames, prompt.prompt, seg.index, own)
-        return np.clip(frames, 0, 255).astype(np.uint8)
+        return np.clip(frames, 0, 255, out=frames).astype(np.uint8)
 
 
 def _look(prompt: str) -> SceneLook:

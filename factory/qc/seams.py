@@ -73,6 +73,9 @@ def colour_record(frames: np.ndarray) -> dict[str, Any]:
 
 
 def luma(frame: np.ndarray) -> np.ndarray:
+    """Rec. 601 luma in float64 (of one frame or a stack)."""
+    if frame.dtype == np.uint8:  # the same float64 values, without a float copy of the frame
+        return 0.299 * frame[..., 0] + 0.587 * frame[..., 1] + 0.114 * frame[..., 2]
     f = frame.astype(np.float64)
     return 0.299 * f[..., 0] + 0.587 * f[..., 1] + 0.114 * f[..., 2]
 
@@ -133,10 +136,9 @@ def score_seam(
     delta_e, delta_l = _colour_shift(before, after, settled, transition)
     distance = transition + 1
     seam_ssim = ssim(before[-1], after[transition])
-    lumas = [luma(w) for w in (before, settled)]  # each frame's luma once
-    firsts = np.concatenate([w[: max(0, len(w) - distance)] for w in lumas])
-    seconds = np.concatenate([w[distance:] for w in lumas])
-    normal_ssim = float(np.median(_ssims(firsts, seconds))) if len(firsts) else seam_ssim
+    # SSIM of the frame pairs `distance` apart inside each window: its normal
+    pairs = np.concatenate([_ssims_apart(luma(w), distance) for w in (before, settled)])
+    normal_ssim = float(np.median(pairs)) if len(pairs) else seam_ssim
     score = SeamScore(
         seam,
         frame,
@@ -180,32 +182,49 @@ def _judge(score: SeamScore, limits: QcThresholds) -> None:
         score.failures.append(f"SSIM drop {score.ssim_drop:.2f} > {limits.seam_ssim_drop}")
 
 
-def _ssims(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """ssim_of_luma of each pair of planes in two stacks [N, H, W], a few pairs at a time:
-    small frames go many to a numpy call (the calls' overhead is the cost there), large ones
-    one at a time (the arrays' size is: a stack of them falls out of the caches)."""
-    per_call = max(1, (1 << 17) // max(1, x[0].size)) if len(x) else 1
-    values: list[float] = []
-    for start in range(0, len(x), per_call):
-        values.extend(_ssim_stack(x[start : start + per_call], y[start : start + per_call]))
-    return np.asarray(values)
+def _ssims_apart(stack: np.ndarray, distance: int, size: int = 8) -> np.ndarray:
+    """ssim_of_luma of every pair of planes `distance` apart in a stack [N, H, W]: each
+    plane's window means and mean squares are computed once, not once per pair it is in."""
+    pairs = len(stack) - distance
+    if pairs <= 0:
+        return np.empty(0)
+    size = min(size, *stack.shape[1:])
+    means = [_boxes(stack[i : i + 1], size)[0] for i in range(len(stack))]
+    squares = [_boxes(stack[i : i + 1] * stack[i : i + 1], size)[0] for i in range(len(stack))]
+    values = np.empty(pairs)
+    for i in range(pairs):
+        j = i + distance
+        mx, my = means[i], means[j]
+        vx = squares[i] - mx * mx
+        vy = squares[j] - my * my
+        cov = _boxes(stack[i : i + 1] * stack[j : j + 1], size)[0] - mx * my
+        values[i] = _ssim_map(mx, my, vx, vy, cov).mean()
+    return values
 
 
 def _ssim_stack(x: np.ndarray, y: np.ndarray, size: int = 8) -> np.ndarray:
     size = min(size, *x.shape[1:])
-    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
     mx, my = _boxes(x, size), _boxes(y, size)
     vx = _boxes(x * x, size) - mx * mx
     vy = _boxes(y * y, size) - my * my
     cov = _boxes(x * y, size) - mx * my
-    value = ((2 * mx * my + c1) * (2 * cov + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
+    value = _ssim_map(mx, my, vx, vy, cov)
     return value.reshape(len(value), -1).mean(axis=1)
+
+
+def _ssim_map(mx: np.ndarray, my: np.ndarray, vx: np.ndarray, vy: np.ndarray,
+              cov: np.ndarray) -> np.ndarray:  # fmt: skip
+    c1, c2 = (0.01 * 255) ** 2, (0.03 * 255) ** 2
+    return ((2 * mx * my + c1) * (2 * cov + c2)) / ((mx * mx + my * my + c1) * (vx + vy + c2))
 
 
 def _boxes(images: np.ndarray, size: int) -> np.ndarray:
     """Mean over every size x size window (valid positions, via an integral image), for
     each image of a stack [N, H, W]."""
-    s = np.pad(images, ((0, 0), (1, 0), (1, 0))).cumsum(1).cumsum(2)
+    count, height, width = images.shape
+    s = np.zeros((count, height + 1, width + 1))  # the integral image, a row and column of 0
+    np.cumsum(images, axis=1, out=s[:, 1:, 1:])
+    np.cumsum(s[:, 1:, 1:], axis=2, out=s[:, 1:, 1:])
     return (
         s[:, size:, size:] - s[:, :-size, size:] - s[:, size:, :-size] + s[:, :-size, :-size]
     ) / (size * size)

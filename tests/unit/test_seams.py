@@ -93,3 +93,17 @@ def test_black_runs_input_stats_and_decode_errors_are_read_from_the_log():
     assert black_runs(log) == [(2.0, 3.04)]
     assert input_stats(log) == {1: (248, 2)}
     assert decode_errors(log) == ["[hevc @ 0x3] Invalid NAL unit size (4118 > 1302)."]
+
+
+@pytest.mark.parametrize("shape", [(12, 64, 64), (20, 36, 64), (5, 7, 9)])
+def test_pairs_apart_score_as_each_pair_alone(shape: tuple[int, int, int]) -> None:
+    """Window means computed once per frame give each pair's SSIM exactly as the pair alone."""
+    from factory.qc.seams import _ssim_stack, _ssims_apart, luma
+
+    frames = np.random.default_rng(sum(shape)).integers(0, 256, (*shape, 3), dtype=np.uint8)
+    stack = luma(frames)
+    assert np.array_equal(stack, luma(frames.astype(np.float64)))  # the uint8 path's values
+    for distance in (1, 9):
+        alone = [_ssim_stack(stack[i : i + 1], stack[i + distance : i + distance + 1])[0]
+                 for i in range(max(0, len(stack) - distance))]  # fmt: skip
+        assert np.array_equal(_ssims_apart(stack, distance), np.asarray(alone))

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from factory.media.stitch import channel_stats, stitch
-from factory.plan.segments import plan_segments
+from factory.plan.segments import SegmentPlan, plan_segments
 
 H, W = 24, 32
 
@@ -81,3 +81,24 @@ def test_toward_anchor_moves_the_statistics_by_the_factor():
     assert abs(float(half[0]) - 120) < 2 and abs(float(half[2]) - 120) < 2
     with pytest.raises(ValueError, match="drift factor"):
         toward_anchor(drifted, anchor, 2.0)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_byte_frames_stitch_bit_for_bit_as_the_float_definition(seed: int) -> None:
+    """The table lookup for uint8 frames past the overlap makes exactly what the float32 path
+    makes (every plan shape: with and without a tail, any strength, the last segment)."""
+    rng = np.random.default_rng(seed)
+    frames, context = int(rng.integers(6, 49)), int(rng.integers(1, 9))
+    plan = SegmentPlan(index=1, first_frame=0, frames=frames, context=min(context, frames - 1),
+                       write_start=0, write_end=int(rng.integers(context, frames + 1)), scene=0,
+                       is_last=bool(seed % 3 == 0))  # fmt: skip
+    shape = (frames, int(rng.integers(4, 40)), int(rng.integers(4, 40)), 3)
+    generated = rng.integers(0, 256, shape) * rng.uniform(0.3, 1) + rng.uniform(0, 90)
+    generated = generated.clip(0, 255).astype(np.uint8)
+    tail = rng.integers(0, 256, (context + 2, *shape[1:]), dtype=np.uint8)
+    for previous in (tail, None):
+        for strength in (1.0, 0.37, 0.0):
+            as_bytes = stitch(plan, generated, previous, strength)
+            as_floats = stitch(plan, generated.astype(np.float32), previous, strength)
+            assert np.array_equal(as_bytes.frames, as_floats.frames)
+            assert np.array_equal(as_bytes.tail, as_floats.tail)
