@@ -10,6 +10,7 @@ from pathlib import Path
 import ffmpeg
 
 from factory.media.ffmpeg import QUIET
+from factory.media.identify import ffmpeg_input
 
 SAMPLE_RATE = 48000
 BITRATE = "160k"
@@ -27,9 +28,11 @@ def audio_argv(
     """AAC in MP4 of exactly ``duration`` seconds from ``source`` (or silence if None)."""
     if source is None:
         stream = ffmpeg.input(f"anullsrc=r={SAMPLE_RATE}:cl=stereo", f="lavfi").audio
+        opened: list[str] = []
     else:
-        options = {"stream_loop": -1} if loop else {}
-        stream = ffmpeg.input(str(source), **options).audio
+        # The bed as identify opens it (its one demuxer, `file` only), spliced in below.
+        opened = ffmpeg_input(source, "sound", loop=loop)
+        stream = ffmpeg.input(str(source)).audio
         stream = stream.filter("volume", f"{gain_db:g}dB")
         if not loop:
             stream = stream.filter("apad")  # a short bed ends in silence
@@ -38,6 +41,9 @@ def audio_argv(
         ar=SAMPLE_RATE, ac=2, f="mp4",
     )  # fmt: skip
     argv = out.compile(cmd=exe)
+    if opened:
+        at = argv.index("-i")
+        argv[at : at + 2] = opened
     return [argv[0], *QUIET, *argv[1:]]
 
 

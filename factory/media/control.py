@@ -15,11 +15,13 @@ import av
 import numpy as np
 from PIL import Image, ImageOps
 
+from factory.media.identify import NotMedia, codec_problem, open_media, reader_error
 from factory.media.probe import declared_duration
 
 MAX_CONTROL_BYTES = 200 << 20
 MAX_CONTROL_SECONDS = 120.0
 MAX_CONTROL_PIXELS = 3840 * 2160
+MAX_CONTROL_FRAMES = round(MAX_CONTROL_SECONDS * 120)  # 120 s at up to 120 fps
 LOWPASS_CYCLES = 0.08  # the motion track weighs image detail coarser than this (cycles/px)
 
 
@@ -31,15 +33,18 @@ class Template:
 
 def control_problem(path: Path) -> str | None:
     """Why a template cannot be used (not a video, undecodable, too long, too large), or
-    None when it can: its header read and its first frame decoded."""
+    None when it can: identified by its bytes, its length measured by its packets' times
+    (what its frames will be shown at, not what its tags say), its first frames decoded."""
     size = path.stat().st_size
     if size > MAX_CONTROL_BYTES:
         return f"is {size >> 20} MiB; at most {MAX_CONTROL_BYTES >> 20} MiB"
     try:
-        with av.open(str(path)) as container:
+        with open_media(path, "video") as container:
             if not container.streams.video:
                 return "holds no video stream"
             stream = container.streams.video[0]
+            if problem := codec_problem(stream, "video"):
+                return problem
             pixels = (stream.codec_context.width or 0) * (stream.codec_context.height or 0)
             if pixels > MAX_CONTROL_PIXELS:
                 return f"is {stream.codec_context.width}x{stream.codec_context.height}; at most 4K"
@@ -51,33 +56,74 @@ def control_problem(path: Path) -> str | None:
                 return "decodes to no frame"
             if decoded == 1:
                 return "is a still (one frame): a camera move is a video of the move"
+        with open_media(path, "video") as container:
+            return _timing_problem(container, container.streams.video[0])
+    except NotMedia as exc:
+        return str(exc)
     except (av.FFmpegError, OSError, ValueError) as exc:
-        return f"does not decode as video ({str(exc)[:200]})"
+        return f"does not decode as video ({reader_error(exc, path)})"
     return None
 
 
+def _timing_problem(container: av.container.InputContainer, stream: av.video.stream.VideoStream
+                    ) -> str | None:  # fmt: skip
+    """Too many frames, or frames shown later than the limit, by the packets themselves."""
+    first = last = None
+    for count, packet in enumerate(container.demux(stream), start=1):
+        if count > MAX_CONTROL_FRAMES:
+            return f"has more than {MAX_CONTROL_FRAMES} frames; at most {MAX_CONTROL_FRAMES}"
+        if packet.pts is None or packet.time_base is None:
+            continue
+        at = float(packet.pts * packet.time_base)
+        first = at if first is None else min(first, at)
+        last = at if last is None else max(last, at)
+        if last - first > MAX_CONTROL_SECONDS:
+            return _too_long(last - first)
+    return None
+
+
+def _too_long(seconds: float) -> str:
+    return f"is {seconds:.0f} s long by its frames' times; at most {MAX_CONTROL_SECONDS:.0f} s"
+
+
 def load_template(path: Path, width: int, height: int, fps: int, fit: str) -> Template:
-    """The template at `fps` and width x height, and its motion track."""
-    with av.open(str(path)) as container:
+    """The template at `fps` and width x height, and its motion track. Output frame i is the
+    template's frame shown at i / fps (the last one at or before it, containers round
+    times); a frame is sized when it is first picked and nothing else is kept, and the
+    template's length is held to the limit by its frames' times as they are decoded."""
+    picked: list[np.ndarray] = []
+    shown: tuple[float, av.VideoFrame] | None = None  # the frame before, and its time
+    sized: np.ndarray | None = None
+    start = previous = None
+    with open_media(path, "video") as container:
         stream = container.streams.video[0]
-        stamped = []
-        for frame in container.decode(stream):
-            at = float(frame.pts * stream.time_base) if frame.pts is not None else len(stamped)
-            stamped.append((at, frame.to_image()))
-    if not stamped:
+        if problem := codec_problem(stream, "video"):
+            raise ValueError(problem)
+        for count, frame in enumerate(container.decode(stream), start=1):
+            at = float(frame.pts * stream.time_base) if frame.pts is not None else count - 1
+            start = at if start is None else start
+            if at - start > MAX_CONTROL_SECONDS or count > MAX_CONTROL_FRAMES:
+                raise ValueError(_too_long(at - start))
+            if shown is not None:  # the frame before is shown until this one
+                sized = None
+                while (len(picked) + 0.5) / fps < at - start:
+                    if sized is None:
+                        sized = _frame(shown[1], width, height, fit)
+                    picked.append(sized)
+                previous = shown[0]
+            shown = (at - start, frame)
+    if shown is None:
         raise ValueError("decodes to no frame")
-    start = stamped[0][0]
-    end = stamped[-1][0] + (stamped[-1][0] - stamped[-2][0] if len(stamped) > 1 else 1 / fps)
-    count = max(1, round((end - start) * fps))
-    times = [t - start for t, _ in stamped]
-    picked, k = [], 0
-    for i in range(count):  # the frame nearest output time i / fps (containers round times)
-        while k + 1 < len(times) and times[k + 1] <= (i + 0.5) / fps:
-            k += 1
-        picked.append(stamped[k][1])
-    sized = [_sized(picture, width, height, fit) for picture in picked]
-    frames = np.stack([np.asarray(p.convert("RGB"), np.uint8) for p in sized])
+    end = shown[0] + (shown[0] - previous if previous is not None else 1 / fps)
+    last = _frame(shown[1], width, height, fit)
+    while len(picked) < max(1, round(end * fps)):
+        picked.append(last)
+    frames = np.stack(picked)
     return Template(frames, motion_track(frames))
+
+
+def _frame(frame: av.VideoFrame, width: int, height: int, fit: str) -> np.ndarray:
+    return np.asarray(_sized(frame.to_image(), width, height, fit).convert("RGB"), np.uint8)
 
 
 def motion_track(frames: np.ndarray) -> np.ndarray:

@@ -28,6 +28,7 @@ import av
 from factory.errors import MediaError, PermanentError
 from factory.media.audio import BITRATE, SAMPLE_RATE
 from factory.media.ffmpeg import QUIET, ffmpeg_exe, run, run_output
+from factory.media.identify import NotMedia, codec_problem, ffmpeg_input, open_media, reader_error
 from factory.media.probe import declared_duration
 
 MAX_SOUND_SECONDS = 1200.0  # a bed or a cue longer than this is refused at submit
@@ -65,10 +66,12 @@ def check_sound_file(path: Path) -> str | None:
     if size > MAX_SOUND_BYTES:
         return f"is {size >> 20} MiB; at most {MAX_SOUND_BYTES >> 20} MiB"
     try:
-        with av.open(str(path)) as container:
+        with open_media(path, "sound") as container:
             if not container.streams.audio:
                 return "holds no audio stream"
             stream = container.streams.audio[0]
+            if problem := codec_problem(stream, "sound"):
+                return problem
             seconds = declared_duration(container, stream)
             if seconds is not None and seconds > MAX_SOUND_SECONDS:
                 return f"is {seconds:.0f} s long; at most {MAX_SOUND_SECONDS:.0f} s"
@@ -79,8 +82,10 @@ def check_sound_file(path: Path) -> str | None:
                     break
             if decoded <= 0:
                 return "decodes to no sound"
+    except NotMedia as exc:
+        return str(exc)
     except (av.FFmpegError, OSError, ValueError) as exc:
-        return f"does not decode as audio ({str(exc)[:200]})"
+        return f"does not decode as audio ({reader_error(exc, path)})"
     return None
 
 
@@ -106,9 +111,9 @@ def mix_argv(
     if bed is None:
         inputs += ["-f", "lavfi", "-i", f"anullsrc=r={SAMPLE_RATE}:cl=stereo"]
     else:
-        inputs += [*(["-stream_loop", "-1"] if loop else []), "-i", str(bed)]
+        inputs += ffmpeg_input(bed, "sound", loop=loop)
     for cue in cues:
-        inputs += ["-i", str(cue.path)]
+        inputs += ffmpeg_input(cue.path, "sound")
     common = f"aresample={SAMPLE_RATE},aformat=sample_fmts=fltp:channel_layouts=stereo"
     graph = [f"[0:a]{common},volume={gain_db:g}dB,apad[bed]"]
     names = ["[bed]"]

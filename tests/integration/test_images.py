@@ -133,5 +133,5 @@ def test_a_first_frame_inside_a_shot_and_a_bad_picture_are_refused(tmp_path: Pat
     (tmp_path / "hero.png").write_bytes(b"GIF89a not really")
     refused = run_cli_here("submit", str(manifest(tmp_path)), env=env)
     assert refused.returncode == 2
-    assert "videos[0].scenes[0].image.asset: ./hero.png does not decode" in refused.stderr
+    assert "videos[0].scenes[0].image.asset: ./hero.png is not a picture" in refused.stderr
     assert "no job" in run_cli_here("status", "pics.v", env=env).stderr

@@ -368,8 +368,8 @@ def test_a_remote_asset_that_does_not_decode_is_refused_naming_each_field_with_n
     if case == "undecodable-picture":  # named by both scenes: both fields are named
         store.put_bytes("pics/three.png", b"PNG")
         text_ = scenes_manifest(case, first="pics/three.png", second="pics/three.png")
-        said = [f"{FIRST}: pics/three.png does not decode as a picture",
-                f"{SECOND}: pics/three.png does not decode as a picture"]  # fmt: skip
+        said = [f"{FIRST}: pics/three.png is not a picture",
+                f"{SECOND}: pics/three.png is not a picture"]  # fmt: skip
     elif case == "bomb":
         store.put_bytes("pics/bomb.png", bomb_png())
         text_ = scenes_manifest(case, second="pics/bomb.png")
@@ -383,7 +383,7 @@ def test_a_remote_asset_that_does_not_decode_is_refused_naming_each_field_with_n
         (tmp_path / "templates" / "pan.mkv").write_bytes(b"not a video")
         url = (tmp_path / "templates" / "pan.mkv").as_uri()
         text_ = scenes_manifest("file-url", camera=url)
-        said = [f"{CAMERA}: {url} does not decode as video"]
+        said = [f"{CAMERA}: {url} is not a video file"]
     manifest = tmp_path / "m.yaml"
     manifest.write_text(text_)
     before = stored_files(tmp_path / "store")
@@ -428,12 +428,12 @@ def test_remote_pictures_on_the_s3_stand_are_decoded_by_key_and_by_s3_url(
     for command in ("validate", "submit"):
         refused = run_cli_here(command, str(manifest), env=env)
         assert refused.returncode == 2, (command, refused.stderr)
-        assert f"{FIRST}: pics/three.png does not decode as a picture" in refused.stderr
+        assert f"{FIRST}: pics/three.png is not a picture" in refused.stderr
         assert f"{SECOND}: {url}/pics/bomb.png is a decompression bomb" in refused.stderr
     manifest.write_text(scenes_manifest("s3pic", f"{url}/pics/three.png", "pics/good.png"))
     refused = run_cli_here("submit", str(manifest), env=env)
     assert refused.returncode == 2, refused.stderr
-    assert f"{FIRST}: {url}/pics/three.png does not decode as a picture" in refused.stderr
+    assert f"{FIRST}: {url}/pics/three.png is not a picture" in refused.stderr
     assert SECOND not in refused.stderr  # the good one is not named
     assert job_rows(pg_url, "s3pic") == 0
     manifest.write_text(scenes_manifest("s3pic", "pics/good.png", f"{url}/pics/good.png"))

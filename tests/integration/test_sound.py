@@ -154,7 +154,7 @@ def test_a_delivery_profile_sets_the_target(tmp_path: Path):
     [
         (("at: 5.8", "at: 6.5"), "videos[0].audio.cues[2].at", "is not inside the video"),
         (("./sweep.wav", "./missing.wav"), "videos[0].audio.cues[1].asset", "does not exist"),
-        (("./sweep.wav", "./m.yaml"), "videos[0].audio.cues[1].asset", "does not decode"),
+        (("./sweep.wav", "./m.yaml"), "videos[0].audio.cues[1].asset", "is not a sound file"),
         (
             ("{integrated: -16, true_peak: -1}", "{true_peak: -1}"),
             "videos[0].audio.loudness",

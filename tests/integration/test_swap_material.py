@@ -155,7 +155,11 @@ def test_swaps_that_cannot_be_made_are_refused_and_change_nothing(
         ({"images": ["0=./green.png,as=sideways"]}, "--image", "is not one of"),
         ({"images": ["0=./green.png,size=2"]}, "--image", "is not one of as=..."),
         ({"cameras": ["1=./pan.mkv,strength=2"]}, "--camera", "outside 0 to 1"),
-        ({"cameras": ["1=./green.png"]}, "--camera 1", "a still (one frame)"),
+        (
+            {"cameras": ["1=./green.png"]},
+            "--camera 1",
+            "is not a video file (MP4/MOV or Matroska/WebM: holds PNG)",
+        ),
         ({"images": ["0=./green.png", "0=none"]}, "--image", "given twice"),
         ({"images": ["0=./green.png"], "range_text": "1-2"}, "--range", "leave out --range"),
         ({"images": ["0=./green.png"], "joins": ["1=dissolve:1"]}, "--join", "of its own"),

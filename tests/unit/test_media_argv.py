@@ -10,6 +10,7 @@ import pytest
 from factory.media.audio import audio_argv, mux_argv
 from factory.media.concat import concat_copy_argv, ffconcat
 from factory.media.presets import PRESETS, PresetError, encode_argv, x265_params
+from tests.conftest import REPO
 
 Q = ["-hide_banner", "-nostdin", "-loglevel", "error", "-y"]
 
@@ -91,8 +92,10 @@ def test_concat_copy():
 
 
 def test_audio_loops_a_bed_to_length():
-    assert audio_argv("ff", Path("/a/bed.ogg"), 12.5, Path("/o.m4a"), gain_db=-6) == [
-        "ff", *Q, "-stream_loop", "-1", "-i", "/a/bed.ogg",
+    bed = REPO / "examples" / "assets" / "calm-bed.ogg"  # opened by its bytes' one reader
+    assert audio_argv("ff", bed, 12.5, Path("/o.m4a"), gain_db=-6) == [
+        "ff", *Q, "-stream_loop", "-1", "-f", "ogg", "-protocol_whitelist", "file",
+        "-i", str(bed),
         "-filter_complex", "[0:a]volume=-6dB[s0]", "-map", "[s0]",
         "-f", "mp4", "-b:a", "160k", "-ac", "2", "-acodec", "aac", "-ar", "48000",
         "-t", "12.500000", "/o.m4a",
@@ -100,7 +103,8 @@ def test_audio_loops_a_bed_to_length():
 
 
 def test_audio_without_loop_pads_with_silence():
-    argv = audio_argv("ff", Path("/a/bed.ogg"), 3, Path("/o.m4a"), loop=False)
+    argv = audio_argv("ff", REPO / "examples" / "assets" / "calm-bed.ogg", 3, Path("/o.m4a"),
+                      loop=False)  # fmt: skip
     assert "-stream_loop" not in argv
     assert argv[argv.index("-filter_complex") + 1] == "[0:a]volume=0dB[s0];[s0]apad[s1]"
 
