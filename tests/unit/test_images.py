@@ -25,9 +25,12 @@ def test_the_formats_it_takes_and_what_it_refuses(tmp_path: Path):
     red = Image.new("RGB", (32, 16), (200, 10, 10))
     for fmt in ("PNG", "JPEG", "WEBP"):
         assert image_problem(save(tmp_path / f"p.{fmt.lower()}", red, fmt)) is None
-    assert "is GIF; use PNG, JPEG or WebP" in image_problem(save(tmp_path / "p.gif", red, "GIF"))
-    (tmp_path / "notes.png").write_text("not a picture at all")
-    assert "does not decode as a picture" in image_problem(tmp_path / "notes.png")
+    refused = "is not a picture (PNG, JPEG or WebP: its bytes are none of them)"
+    assert image_problem(save(tmp_path / "p.gif", red, "GIF")) == refused
+    (tmp_path / "notes.png").write_text("not a picture at all")  # the name says nothing
+    assert image_problem(tmp_path / "notes.png") == refused
+    (tmp_path / "really.gif").write_bytes((tmp_path / "p.png").read_bytes())
+    assert image_problem(tmp_path / "really.gif") is None
     truncated = tmp_path / "cut.png"
     truncated.write_bytes((tmp_path / "p.png").read_bytes()[:60])
     assert "does not decode" in image_problem(truncated)
