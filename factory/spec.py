@@ -47,6 +47,8 @@ TRANSITION_SECONDS = (0.5, 3.0)
 DEFAULT_RUN_ON = 1.0
 
 
+MAX_SEED = 2**32 - 1  # one rule for manifests, redos (CLI and API): what generators take
+MAX_PROMPT_CHARS = 2000
 IMAGE_ROLES = ("first-frame", "reference")
 # The families that can use each kind of picture (docs/manifest.md, "Images").
 IMAGE_FAMILIES = {
@@ -417,6 +419,36 @@ def with_material(video: VideoSpec, material: Mapping[str, Any] | None) -> Video
 
 
 def _stored_asset(asset: Any) -> str:
-    if not isinstance(asset, str) or not asset or asset.startswith(("/", ".", "~")):
+    """A swapped asset as the database holds it (which is not trusted: docs/security.md),
+    held to the manifest's rule for an asset reference, and never a path on some host."""
+    if not isinstance(asset, str) or not asset or is_local_path(asset) or len(asset) > 1024:
         raise ValueError(f"{asset!r} is not store content")
-    return asset
+    return asset_reference(asset)
+
+
+def is_local_path(reference: str) -> bool:
+    """`./beds/calm.ogg`: a file in the manifest's folder (or below it), put into the store
+    (content-addressed) when the manifest is submitted."""
+    return reference.startswith("./")
+
+
+def asset_reference(value: str) -> str:
+    """The rule for an asset reference: ./path, file://, s3:// or a store key, never
+    climbing out with '..' and never a host path; the value, or ValueError."""
+    if "://" in value:
+        scheme = value.split("://", 1)[0]
+        if scheme not in ("file", "s3"):
+            raise ValueError(
+                f"scheme {scheme!r} is not supported; use ./path, file://, s3:// or a store key"
+            )
+    elif ".." in value.split("/"):
+        raise ValueError(f"{value!r} must not climb out: a path or key without '..'")
+    elif is_local_path(value):
+        if value.endswith("/"):
+            raise ValueError(f"{value!r} names a folder; name the file")
+    elif value.startswith("/"):
+        raise ValueError(
+            f"{value!r} must be a path in the manifest's folder (./…), a store URL "
+            "(file://, s3://) or a store key"
+        )
+    return value

@@ -48,7 +48,7 @@ def redo(
         "--new-seed",
         help="A new random seed for the range (the default without --seed or --prompt).",
     ),
-    seed: int | None = typer.Option(None, "--seed", min=0, help="This seed for the range."),
+    seed: int | None = typer.Option(None, "--seed", help="This seed for the range (0 to 2^32-1)."),
     prompt: str | None = typer.Option(None, "--prompt", help="A new prompt for the range."),
     reason: str = typer.Option("", "--reason", help="Why; kept with the new version."),
     cascade: bool = typer.Option(

@@ -30,7 +30,6 @@ from factory.manifest.schema import (
     SegmentSettings,
     VideoEntry,
     VideoSettings,
-    is_local_path,
 )
 from factory.plan.segments import scene_start_frames
 from factory.spec import (
@@ -56,6 +55,7 @@ from factory.spec import (
     derived_seed,
     derived_video_id,
     frames_for,
+    is_local_path,
     job_id_for,
     transition_frames,
 )

@@ -27,8 +27,11 @@ from factory.spec import (
     IMAGE_ROLES,
     KEYFRAME_LAYOUTS,
     LOUDNESS_PROFILES,
+    MAX_PROMPT_CHARS,
+    MAX_SEED,
     MODEL_FAMILIES,
     TRANSITION_SECONDS,
+    asset_reference,
 )
 
 MAX_MANIFEST_BYTES = 1024 * 1024
@@ -38,10 +41,8 @@ MAX_FPS = 60
 MIN_SIDE, MAX_SIDE = 64, 3840
 MAX_PIXELS = 3840 * 2160
 SIDE_MULTIPLE = 8
-MAX_PROMPT_CHARS = 2000
 MAX_SCENES = 200
 MAX_SEGMENT_FRAMES = 1024
-MAX_SEED = 2**32 - 1
 MAX_SECONDS_PER_SEGMENT = 3600.0
 MAX_LORAS = 4
 MAX_CUES = 200
@@ -103,32 +104,6 @@ class SegmentSettings(_Strict):
     overlap: StrictInt | None = Field(default=None, ge=0, le=MAX_SEGMENT_FRAMES - 1)
 
 
-def is_local_path(reference: str) -> bool:
-    """`./beds/calm.ogg`: a file in the manifest's folder (or below it), put into the store
-    (content-addressed) when the manifest is submitted."""
-    return reference.startswith("./")
-
-
-def _asset_reference(value: str) -> str:
-    if "://" in value:
-        scheme = value.split("://", 1)[0]
-        if scheme not in ("file", "s3"):
-            raise ValueError(
-                f"scheme {scheme!r} is not supported; use ./path, file://, s3:// or a store key"
-            )
-    elif ".." in value.split("/"):
-        raise ValueError(f"{value!r} must not climb out: a path or key without '..'")
-    elif is_local_path(value):
-        if value.endswith("/"):
-            raise ValueError(f"{value!r} names a folder; name the file")
-    elif value.startswith("/"):
-        raise ValueError(
-            f"{value!r} must be a path in the manifest's folder (./…), a store URL "
-            "(file://, s3://) or a store key"
-        )
-    return value
-
-
 class LoraSettings(_Strict):
     asset: str = Field(min_length=1, max_length=1024)
     scale: float = Field(default=1.0, ge=-4, le=4, allow_inf_nan=False)
@@ -138,7 +113,7 @@ class LoraSettings(_Strict):
     def _reference(cls, value: str) -> str:
         if not value.endswith(".safetensors"):
             raise ValueError(f"{value!r} must be a .safetensors file (a LoRA as trainers save it)")
-        return _asset_reference(value)
+        return asset_reference(value)
 
 
 class ModelSettings(_Strict):
@@ -186,7 +161,7 @@ class CueSettings(_Strict):
     @field_validator("asset")
     @classmethod
     def _reference(cls, value: str) -> str:
-        return _asset_reference(value)
+        return asset_reference(value)
 
 
 class LoudnessSettings(_Strict):
@@ -215,7 +190,7 @@ class AudioSettings(_Strict):
     @field_validator("asset")
     @classmethod
     def _reference(cls, value: str | None) -> str | None:
-        return None if value is None else _asset_reference(value)
+        return None if value is None else asset_reference(value)
 
     @field_validator("loudness", mode="before")
     @classmethod
@@ -236,7 +211,7 @@ class ImageSettings(_Strict):
     @field_validator("asset")
     @classmethod
     def _reference(cls, value: str) -> str:
-        return _asset_reference(value)
+        return asset_reference(value)
 
 
 class CameraSettings(_Strict):
@@ -247,7 +222,7 @@ class CameraSettings(_Strict):
     @field_validator("asset")
     @classmethod
     def _reference(cls, value: str) -> str:
-        return _asset_reference(value)
+        return asset_reference(value)
 
 
 class SceneSettings(_Strict):

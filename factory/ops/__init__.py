@@ -40,7 +40,7 @@ from factory.ops.views import (
     shot_rows,
 )
 from factory.plan.redo import RedoPlan, parse_range, plan_redo, plan_rejoin
-from factory.spec import VideoSpec, transition_frames, with_joins
+from factory.spec import MAX_PROMPT_CHARS, MAX_SEED, VideoSpec, transition_frames, with_joins
 from factory.stages import Stage
 from factory.store import open_store
 from factory.wiring import Factory
@@ -335,8 +335,11 @@ class Operations:
         says which was used. `remote`: asked over the API (no file of this host is read)."""
         if prompt is not None and not prompt.strip():
             raise BadInput("must not be empty", field="--prompt")
-        if prompt is not None and len(prompt) > 2000:
-            raise BadInput("is longer than 2000 characters", field="--prompt")
+        if prompt is not None and len(prompt) > MAX_PROMPT_CHARS:
+            raise BadInput(f"is longer than {MAX_PROMPT_CHARS} characters", field="--prompt")
+        if seed is not None and not 0 <= seed <= MAX_SEED:
+            raise BadInput(f"{seed} is not a seed: a whole number from 0 to {MAX_SEED} "
+                           "(as in a manifest)", field="--seed")  # fmt: skip
         if seed is not None and new_seed:
             raise BadInput("give --new-seed or --seed N, not both", field="--seed")
         _one_kind_of_redo(range_text, joins, images, cameras)

@@ -12,7 +12,7 @@ from pydantic import BaseModel, Field
 
 from factory.access import Access
 from factory.errors import BadInput
-from factory.ops import Operations, event_dict, job_summary
+from factory.ops import MAX_PROMPT_CHARS, MAX_SEED, Operations, event_dict, job_summary
 from factory.stages import REQUEUE_TARGETS, Stage
 from factory.web.auth import require_api
 
@@ -79,8 +79,10 @@ class RedoBody(BaseModel):
         description="Instead of a range: SCENE=ASSET[,strength=S][,fit=stretch|loop] or "
         "SCENE=none per swapped camera move; the scene is made again",
     )
-    seed: int | None = Field(default=None, ge=0, description="This seed; default a new one")
-    prompt: str | None = Field(default=None, max_length=2000, description="A new prompt")
+    seed: int | None = Field(default=None, ge=0, le=MAX_SEED,
+                             description="This seed; default a new one")  # fmt: skip
+    prompt: str | None = Field(default=None, max_length=MAX_PROMPT_CHARS,
+                               description="A new prompt")  # fmt: skip
     reason: str = Field(default="", max_length=2000)
     cascade: bool = False
     dry_run: bool = False
