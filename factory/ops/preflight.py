@@ -41,9 +41,10 @@ from factory.errors import BadInput, FactoryError, FieldProblem, ManifestError, 
 from factory.generate.families import FAMILIES
 from factory.infra.confinement import Confinement
 from factory.manifest import Manifest, is_local_path
-from factory.media.control import MAX_CONTROL_BYTES, control_problem
-from factory.media.images import MAX_IMAGE_BYTES, image_problem
-from factory.media.sound import MAX_SOUND_BYTES, check_sound_file
+from factory.media.control import MAX_CONTROL_BYTES
+from factory.media.images import MAX_IMAGE_BYTES
+from factory.media.sandbox import picture_problem, sound_problem, video_problem
+from factory.media.sound import MAX_SOUND_BYTES
 from factory.spec import LoraChoice, VideoSpec
 from factory.store.base import Store
 
@@ -206,9 +207,9 @@ def _local_file(base: Path, reference: _Reference, problems: list[FieldProblem])
     except OSError as exc:
         problems.append(FieldProblem(reference.field, f"{path} cannot be read: {exc.strerror}"))
         return None
-    problem = (check_sound_file(path) if reference.sound else
-               image_problem(path) if reference.picture else
-               control_problem(path) if reference.control else None)  # fmt: skip
+    problem = (sound_problem(path) if reference.sound else
+               picture_problem(path) if reference.picture else
+               video_problem(path) if reference.control else None)  # fmt: skip
     if problem:
         problems.append(FieldProblem(reference.field, f"{reference.value} {problem}"))
         return None
@@ -299,11 +300,11 @@ def _content_check(reference: _Reference) -> tuple[Callable[[Path], str | None] 
     """The check a file beside the manifest gets and the byte limit over which the store's
     stat alone refuses it; (None, 0) for a LoRA, only looked for (nothing decodes one)."""
     if reference.sound:
-        return check_sound_file, MAX_SOUND_BYTES
+        return sound_problem, MAX_SOUND_BYTES
     if reference.picture:
-        return image_problem, MAX_IMAGE_BYTES
+        return picture_problem, MAX_IMAGE_BYTES
     if reference.control:
-        return control_problem, MAX_CONTROL_BYTES
+        return video_problem, MAX_CONTROL_BYTES
     return None, 0
 
 

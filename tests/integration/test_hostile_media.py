@@ -246,6 +246,36 @@ def test_a_large_16_bit_picture_is_checked_within_the_memory_budget(tmp_path: Pa
     assert int(peak_kib) < 512 * 1024, f"peak RSS {int(peak_kib) >> 10} MiB"
 
 
+# --- the checks run in a child under limits ---------------------------------------------------
+
+
+def test_a_picture_that_needs_more_memory_than_the_budget_is_refused_not_the_process(
+    tmp_path: Path,
+) -> None:
+    """40 MP of RGBA in 160 KB: within the pixel limit, 160 MB decoded. With 64 MiB for the
+    decoding, the child that checks it runs out, and submit refuses the picture naming the
+    field and the limit: the process that asked stays within its own memory."""
+    Image.new("RGBA", (8000, 5000), (10, 200, 30, 128)).save(tmp_path / "wall.png")
+    pan_template(tmp_path / "pan.mkv")
+    env = {**home_env(tmp_path / "home"), "FACTORY_MEDIA_CHECK_MEMORY": "64"}
+    refused = run_cli_here("validate", str(manifest(tmp_path)), env=env)
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    assert ("videos[0].scenes[1].image.asset: ./wall.png needs more than 64 MiB to decode "
+            "(FACTORY_MEDIA_CHECK_MEMORY): refused") in refused.stderr  # fmt: skip
+    env["FACTORY_MEDIA_CHECK_MEMORY"] = "1024"  # the default: it decodes
+    assert run_cli_here("validate", str(manifest(tmp_path)), env=env).returncode == 0
+
+
+def test_the_check_limits_are_named_when_set_wrong() -> None:
+    from factory.errors import ConfigError
+    from factory.media.sandbox import limits
+
+    assert limits({}) == (1024, 60)
+    for name, value in (("FACTORY_MEDIA_CHECK_MEMORY", "0"), ("FACTORY_MEDIA_CHECK_SECONDS", "x")):
+        with pytest.raises(ConfigError, match=name):
+            limits({name: value})
+
+
 # --- 5. one seed rule ------------------------------------------------------------------------
 
 
