@@ -79,6 +79,9 @@ def _decoded(path: Path) -> Image.Image:
                     f"is {width}x{height} ({width * height / 1e6:.0f} MP); at most "
                     f"{MAX_IMAGE_PIXELS / 1e6:.0f} MP"
                 )
+            frames = getattr(header, "n_frames", 1)
+            if frames > 1:
+                raise ImageProblem(f"is animated ({frames} frames); a picture here is a still")
             header.load()
     except ImageProblem:
         raise

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 import requests
 import sqlalchemy
+from PIL import Image
 
 from tests.conftest import embedded_env, run_cli
 from tests.console_site import MARKUP, Site, make_site, settled, start_server, stop_site
+from tests.footage import tone
 
 ACTIONS = ("requeue", "cancel", "approve", "reject")
 
@@ -173,6 +175,44 @@ def test_submit_yaml_and_json_with_the_cli_s_messages(site: Site, tmp_path: Path
     assert site.api("viewer").get(f"{site.base}/api/v1/jobs?batch=loc").json()["items"] == []
     for job_id in (f"{batch}.a", f"{batch}-j.b"):  # the server runs them; no test needs them
         operator.post(f"{site.base}/api/v1/jobs/{job_id}/cancel", json={})
+
+
+def test_hostile_material_in_the_store_is_refused_over_the_api(site: Site, tmp_path: Path) -> None:
+    """Issue 49 over the API: a DASH manifest stored as a bed, an HLS playlist as a camera
+    move and an animated picture, each named by its store key, are refused (422) naming the
+    field, and the file the manifest and the playlist name is never read."""
+    from tests.integration.test_hostile_media import Canary, dash_manifest, hls_playlist
+
+    secret = tmp_path / "elsewhere" / "secret.wav"
+    secret.parent.mkdir()
+    tone(secret)
+    canary = Canary(secret)
+    for key, write in (("hostile/poly.g722", dash_manifest), ("hostile/move.mp4", hls_playlist)):
+        site.store_path(key).parent.mkdir(parents=True, exist_ok=True)
+        write(site.store_path(key), secret)
+    frames = [Image.new("RGB", (32, 32), (40 * i, 0, 0)) for i in range(3)]
+    frames[0].save(site.store_path("hostile/still.webp"), "WEBP", save_all=True,
+                   append_images=frames[1:])  # fmt: skip
+    text = ("batch: hostile\ndefaults: {duration: 4, resolution: 160x96}\nvideos:\n"
+            "  - id: a\n    audio: {asset: hostile/poly.g722}\n"
+            "    scenes:\n      - {start: 0, prompt: x, image: {asset: hostile/still.webp}}\n"
+            "      - {start: 2, prompt: y, join: cut,"
+            " camera: {asset: hostile/move.mp4}}\n")  # fmt: skip
+    answer = site.api("operator").post(f"{site.base}/api/v1/manifests", data=text,
+                                       headers={"Content-Type": "application/yaml"})  # fmt: skip
+    assert answer.status_code == 422, answer.text
+    said = {p["field"]: p["message"] for p in answer.json()["problems"]}
+    assert len(said) == 3, answer.text
+    assert said["videos[0].audio.asset"].startswith("hostile/poly.g722 is not a sound file")
+    assert said["videos[0].scenes[1].camera.asset"].startswith(
+        "hostile/move.mp4 is not a video file"
+    )
+    assert said["videos[0].scenes[0].image.asset"] == (
+        "hostile/still.webp is animated (3 frames); a picture here is a still"
+    )
+    assert str(secret) not in answer.text
+    assert canary.untouched(), "the server read what the hostile files name"
+    assert site.api("viewer").get(f"{site.base}/api/v1/jobs?batch=hostile").json()["items"] == []
 
 
 # --- acting, with roles ------------------------------------------------------------------------

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import zlib
 from pathlib import Path
 
 import av
@@ -156,6 +157,71 @@ def test_every_sound_reader_gets_its_format_and_file_only(tmp_path: Path) -> Non
     assert (tmp_path / "a.m4a").stat().st_size > 0
 
 
+# --- the corpus: every kind's hostile files, by the checks submit runs (in the child) -------
+
+
+def corpus(folder: Path, canary: Path) -> dict[str, tuple[str, Path, str | None]]:
+    """name -> (kind, file, what its refusal says; None: accepted)."""
+    made: dict[str, tuple[str, Path, str | None]] = {}
+
+    def put(name: str, kind: str, data: bytes, said: str | None) -> None:
+        (folder / name).write_bytes(data)
+        made[name] = (kind, folder / name, said)
+
+    bed = tone(folder / "real.flac").read_bytes()
+    wav = tone(folder / "real.wav").read_bytes()
+    move = (REPO / "examples" / "assets" / "camera-pan.mp4").read_bytes()
+    png = (REPO / "examples" / "assets" / "product.png").read_bytes()
+    sdp = "v=0\no=- 0 0 IN IP4 127.0.0.1\ns=x\nc=IN IP4 127.0.0.1\nt=0 0\nm=audio 5004 RTP/AVP 0\n"
+    hls_key = (f'#EXTM3U\n#EXT-X-KEY:METHOD=AES-128,URI="file://{canary}"\n#EXTINF:1,\n'
+               f"file://{canary}\n#EXT-X-ENDLIST\n")  # fmt: skip
+    for kind, names in (("sound", ("x.wav", "x.mp3")), ("video", ("x.mkv", "x.mp4"))):
+        for name in names:
+            what = "not a sound file" if kind == "sound" else "not a video file"
+            put(f"sdp-{kind}-{name}", kind, sdp.encode(), what)
+            put(f"hls-key-{kind}-{name}", kind, hls_key.encode(), what)
+            put(f"empty-{kind}-{name}", kind, b"", what)
+            put(f"png-polyglot-{kind}-{name}", kind, png + sdp.encode(), "holds PNG")
+    put("truncated.wav", "sound", wav[:30], "does not decode as audio")
+    put("wav-then-dash.wav", "sound", wav[:12] + b'<?xml version="1.0"?><MPD>', "")
+    put("pattern-%03d.flac", "sound", bed, None)  # a name like an image sequence: read as named
+    put("truncated.mp4", "video", move[:2000], "")
+    put("empty.png", "picture", b"", "not a picture")
+    put("svg.png", "picture", b'<svg xmlns="http://www.w3.org/2000/svg"/>', "not a picture")
+    chunk_bomb = png[:33] + _png_chunk(b"zTXt", b"k\x00\x00" + zlib.compress(b"\x00" * (64 << 20)))
+    put("chunk-bomb.png", "picture", chunk_bomb + png[33:], "")
+    frames = [Image.new("RGB", (32, 32), (40 * i, 0, 0)) for i in range(3)]
+    frames[0].save(folder / "animated.webp", "WEBP", save_all=True, append_images=frames[1:])
+    made["animated.webp"] = ("picture", folder / "animated.webp", "is animated (3 frames)")
+    Image.new("CMYK", (8000, 5000), (10, 80, 0, 20)).save(folder / "cmyk.jpg", quality=80)
+    made["cmyk-40mp.jpg"] = ("picture", folder / "cmyk.jpg", None)
+    Image.new("P", (8000, 5000), 3).save(folder / "palette.png")
+    made["palette-40mp.png"] = ("picture", folder / "palette.png", None)
+    return made
+
+
+def _png_chunk(kind: bytes, data: bytes) -> bytes:
+    return (len(data).to_bytes(4, "big") + kind + data
+            + (zlib.crc32(kind + data) & 0xFFFFFFFF).to_bytes(4, "big"))  # fmt: skip
+
+
+def test_the_hostile_corpus_is_refused_or_read_as_named(tmp_path: Path, canary: Canary) -> None:
+    """Each file by the check submit runs on it (factory/media/sandbox.py, in the child): a
+    refusal with its words ("" for any refusal), or acceptance; the canary never read."""
+    from factory.media import sandbox
+
+    checks = {"sound": sandbox.sound_problem, "video": sandbox.video_problem,
+              "picture": sandbox.picture_problem}  # fmt: skip
+    wrong = {}
+    for name, (kind, path, said) in corpus(tmp_path, canary.path).items():
+        verdict = checks[kind](path)
+        if (verdict is None) != (said is None) or (said and said not in verdict):
+            wrong[name] = verdict
+        assert verdict is None or str(tmp_path) not in verdict, verdict
+    assert not wrong, wrong
+    assert canary.untouched()
+
+
 # --- 2. a camera move longer by its frames' times than its tags say --------------------------
 
 
@@ -274,6 +340,41 @@ def test_the_check_limits_are_named_when_set_wrong() -> None:
     for name, value in (("FACTORY_MEDIA_CHECK_MEMORY", "0"), ("FACTORY_MEDIA_CHECK_SECONDS", "x")):
         with pytest.raises(ConfigError, match=name):
             limits({name: value})
+
+
+@pytest.mark.parametrize("command", ["validate", "submit"])
+def test_validate_and_submit_of_the_largest_pictures_stay_within_512_mib(
+    tmp_path: Path, command: str
+) -> None:
+    """The CLI process's own peak (VmHWM, imports included) with 40 MP pictures of each kind
+    a studio sends (16-bit grey, CMYK JPEG, palette PNG) and a camera move: the decoding
+    happens in the checking child, bounded by FACTORY_MEDIA_CHECK_MEMORY."""
+    ramp = (np.arange(8000, dtype=np.uint32)[None, :] * 8).astype(np.uint16)
+    Image.fromarray(np.repeat(ramp, 5000, axis=0)).save(tmp_path / "grey16.png")
+    Image.new("CMYK", (8000, 5000), (10, 80, 0, 20)).save(tmp_path / "cmyk.jpg", quality=80)
+    Image.new("P", (8000, 5000), 3).save(tmp_path / "wall.png")
+    pan_template(tmp_path / "pan.mkv")
+    path = manifest(tmp_path)
+    text = path.read_text().replace(
+        "      - {start: 0, prompt: a calm sea}\n",
+        "      - {start: 0, prompt: a calm sea, image: {asset: ./grey16.png}}\n"
+        "      - {start: 1, prompt: a calm sea, image: {asset: ./cmyk.jpg, as: reference}}\n",
+    )
+    path.write_text(text)
+    script = ("import atexit, runpy, sys\n"
+              "def peak():\n"
+              "    hwm = open('/proc/self/status').read().split('VmHWM:')[1].split()[0]\n"
+              "    sys.stderr.write(f'VmHWM {hwm}\\n')\n"
+              "atexit.register(peak)\n"
+              "sys.argv = ['factory', *sys.argv[1:]]\n"
+              "runpy.run_module('factory', run_name='__main__')\n")  # fmt: skip
+    env = {**os.environ, **home_env(tmp_path / "home")}
+    done = subprocess.run([sys.executable, "-c", script, command, str(path)], env=env,
+                          capture_output=True, text=True, cwd=REPO, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    peak_kib = int(done.stderr.rsplit("VmHWM ", 1)[1].split()[0])
+    print(f"{command}: peak RSS {peak_kib >> 10} MiB")
+    assert peak_kib < 512 * 1024, f"{command}: peak RSS {peak_kib >> 10} MiB"
 
 
 # --- 5. one seed rule ------------------------------------------------------------------------
