@@ -22,6 +22,8 @@ MAX_CONTROL_BYTES = 200 << 20
 MAX_CONTROL_SECONDS = 120.0
 MAX_CONTROL_PIXELS = 3840 * 2160
 MAX_CONTROL_FRAMES = round(MAX_CONTROL_SECONDS * 120)  # 120 s at up to 120 fps
+LUMA = np.array([0.299, 0.587, 0.114], np.float32)
+STILL_BAND_BYTES = 16 << 20  # of float luma at a time for the median (4x that while made)
 LOWPASS_CYCLES = 0.08  # the motion track weighs image detail coarser than this (cycles/px)
 
 
@@ -130,25 +132,44 @@ def motion_track(frames: np.ndarray) -> np.ndarray:
     """Cumulative global translation of the content (dx, dy in pixels) by frame, from the
     phase correlation of each frame's luma with the one before, low-passed, after taking
     away what stands still in every frame (a caption, a logo, a fixed grain would pin the
-    correlation at zero)."""
+    correlation at zero). Frame by frame, holding one spectrum and the still image beside
+    the frames (a 2-minute move held every frame's float copy and spectrum: gigabytes)."""
     track = np.zeros((len(frames), 2), np.float32)
-    luma = frames.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
-    if len(luma) >= 3:  # what stands still (a caption, a logo, a fixed grain) says nothing
-        luma = luma - np.median(luma, axis=0)
-    height, width = luma.shape[1:]
+    height, width = frames.shape[1:3]
+    still = _still(frames) if len(frames) >= 3 else None
     window = np.outer(np.hanning(height), np.hanning(width)).astype(np.float32)
     fy, fx = np.fft.fftfreq(height)[:, None], np.fft.rfftfreq(width)[None, :]
     lowpass = np.exp(-(fx**2 + fy**2) / (2 * LOWPASS_CYCLES**2))
-    spectra = [np.fft.rfft2((f - f.mean()) * window) for f in luma]
-    for i in range(1, len(frames)):
-        cross = spectra[i] * np.conj(spectra[i - 1])
-        cross = cross / np.maximum(np.abs(cross), 1e-9) * lowpass
-        surface = np.fft.irfft2(cross, s=luma.shape[1:])
-        y, x = np.unravel_index(int(np.argmax(surface)), surface.shape)
-        dy = y - surface.shape[0] if y > surface.shape[0] // 2 else y
-        dx = x - surface.shape[1] if x > surface.shape[1] // 2 else x
-        track[i] = track[i - 1] + (dx, dy)
+    before = None
+    for i, frame in enumerate(frames):
+        luma = _luma(frame)
+        if still is not None:
+            luma = luma - still
+        spectrum = np.fft.rfft2((luma - luma.mean()) * window)
+        if before is not None:
+            cross = spectrum * np.conj(before)
+            cross = cross / np.maximum(np.abs(cross), 1e-9) * lowpass
+            surface = np.fft.irfft2(cross, s=(height, width))
+            y, x = np.unravel_index(int(np.argmax(surface)), surface.shape)
+            dy = y - surface.shape[0] if y > surface.shape[0] // 2 else y
+            dx = x - surface.shape[1] if x > surface.shape[1] // 2 else x
+            track[i] = track[i - 1] + (dx, dy)
+        before = spectrum
     return track
+
+
+def _luma(frames: np.ndarray) -> np.ndarray:
+    return frames.astype(np.float32) @ LUMA
+
+
+def _still(frames: np.ndarray) -> np.ndarray:
+    """What stands still: each pixel's median luma over the frames, a band of rows at a time
+    (the frames' luma together for all rows is 4 bytes a pixel a frame)."""
+    rows = max(1, STILL_BAND_BYTES // max(1, 4 * len(frames) * frames.shape[2]))
+    still = np.empty(frames.shape[1:3], np.float32)
+    for top in range(0, frames.shape[1], rows):
+        still[top : top + rows] = np.median(_luma(frames[:, top : top + rows]), axis=0)
+    return still
 
 
 def _sized(picture: Image.Image, width: int, height: int, fit: str) -> Image.Image:

@@ -49,3 +49,41 @@ def test_the_motion_track_follows_a_moving_texture():
     track = motion_track(frames)
     assert track.shape == (20, 2)
     assert np.allclose(track[:, 0], [3 * i for i in range(20)]) and not track[:, 1].any()
+
+
+def _track_held_whole(frames: np.ndarray) -> np.ndarray:
+    """The motion track as it was computed before 2026-12-07: every frame's float luma and
+    spectrum held at once (what a 2-minute move could not afford)."""
+    track = np.zeros((len(frames), 2), np.float32)
+    luma = frames.astype(np.float32) @ np.array([0.299, 0.587, 0.114], np.float32)
+    if len(luma) >= 3:
+        luma = luma - np.median(luma, axis=0)
+    height, width = luma.shape[1:]
+    window = np.outer(np.hanning(height), np.hanning(width)).astype(np.float32)
+    fy, fx = np.fft.fftfreq(height)[:, None], np.fft.rfftfreq(width)[None, :]
+    lowpass = np.exp(-(fx**2 + fy**2) / (2 * 0.08**2))
+    spectra = [np.fft.rfft2((f - f.mean()) * window) for f in luma]
+    for i in range(1, len(frames)):
+        cross = spectra[i] * np.conj(spectra[i - 1])
+        cross = cross / np.maximum(np.abs(cross), 1e-9) * lowpass
+        surface = np.fft.irfft2(cross, s=luma.shape[1:])
+        y, x = np.unravel_index(int(np.argmax(surface)), surface.shape)
+        dy = y - surface.shape[0] if y > surface.shape[0] // 2 else y
+        dx = x - surface.shape[1] if x > surface.shape[1] // 2 else x
+        track[i] = track[i - 1] + (dx, dy)
+    return track
+
+
+def test_the_track_frame_by_frame_is_the_track_held_whole(monkeypatch):
+    """Random moves over a texture with a caption that stands still, with the median taken
+    in bands of a few rows (as a long move's is): the same track as before, frame for frame."""
+    import factory.media.control as control
+
+    monkeypatch.setattr(control, "STILL_BAND_BYTES", 4 * 30 * 96 * 5)  # 5 rows a band
+    rng = np.random.default_rng(11)
+    for count in (2, 3, 30):
+        texture = rng.integers(0, 255, (140, 260, 3)).astype(np.uint8)
+        steps = np.clip(rng.integers(-4, 5, (count, 2)).cumsum(axis=0) + 20, 0, 60)
+        frames = np.stack([texture[y : y + 80, x : x + 96] for x, y in steps])
+        frames[:, 60:70, 10:50] = 255  # a caption
+        assert np.array_equal(motion_track(frames), _track_held_whole(frames)), count
