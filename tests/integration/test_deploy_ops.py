@@ -263,6 +263,26 @@ def _make_certs(certs: Path, ca: Path, *args: str) -> None:
     assert done.returncode == 0, done.stderr
 
 
+def test_disallowing_the_last_subject_is_refused_and_changes_nothing(tmp_path: Path) -> None:
+    """Issue 50, item 5: `disallow` of the only subject allowed exited 1 without a word and
+    left a clients.map that refuses every client at the next reload."""
+    ca, certs = tmp_path / "ca", tmp_path / "certs"
+    for args in (("ca",), ("client", "one"), ("client", "two"), ("allow", "one")):
+        _make_certs(certs, ca, *args)
+    before = (certs / "clients.map").read_text()
+    argv = ["bash", str(SCRIPTS / "make-certs"), "--ca-dir", str(ca), "--out", str(certs)]
+    refused = subprocess.run([*argv, "disallow", "one"], capture_output=True, text=True)
+    assert refused.returncode == 2, refused
+    assert ("O=video factory,CN=one is the last subject clients.map admits: without it every "
+            "client would be refused") in refused.stderr  # fmt: skip
+    assert "allow --all" in refused.stderr
+    assert (certs / "clients.map").read_text() == before
+    _make_certs(certs, ca, "allow", "two")
+    _make_certs(certs, ca, "disallow", "one")  # another is left: removed
+    assert "CN=one" not in (certs / "clients.map").read_text()
+    assert '"O=video factory,CN=two" 1;' in (certs / "clients.map").read_text()
+
+
 def _gateway_pki(tmp_path: Path, pki: str, host: str) -> tuple[Path, Path]:
     """For a test that runs nginx (and fails at once without it): a CA with its keys in
     tmp_path/ca, and the gateway's server certificate for HOST, in tmp_path/PKI."""
