@@ -4,6 +4,7 @@ names its variable in the error it raises (docs/configuration.md lists the varia
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -108,9 +109,22 @@ def optional_path(env: Mapping[str, str], name: str) -> Path | None:
 
 
 def existing_file(env: Mapping[str, str], name: str) -> Path | None:
+    """The file the variable names, which this process can read: a key written 0600 for
+    root is named here with its fix, not found out at the first delivery as an outage."""
     path = optional_path(env, name)
-    if path is not None and not path.is_file():
-        raise ConfigError(f"{path} is not a readable file", field=name)
+    if path is None:
+        return None
+    unreadable = (f"{path} cannot be read by uid {os.getuid()} (the user this runs as): give "
+                  f"it to that user, e.g. chown factory: {path} && chmod 600 {path}")  # fmt: skip
+    try:
+        if not path.is_file():  # (a pipe or a device would block the open below)
+            raise ConfigError(f"{path} is not a readable file", field=name)
+        with open(path, "rb"):
+            pass
+    except PermissionError:  # the file's mode, or a folder on its way that may not be entered
+        raise ConfigError(unreadable, field=name) from None
+    except OSError as exc:
+        raise ConfigError(f"{path} is not a readable file ({exc.strerror})", field=name) from None
     return path
 
 

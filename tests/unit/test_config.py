@@ -230,3 +230,63 @@ def test_what_factory_worker_sets_for_its_process_is_read_by_config_alone(tmp_pa
     with pytest.raises(ConfigError) as bad:
         Settings.from_env({**env, "FACTORY_GPU_INDEX": "GPU-3"})
     assert bad.value.field == "FACTORY_GPU_INDEX"
+
+
+def _as_another_user(call) -> str:
+    """What `call()` raises (its text), run in a child that is not the file's owner: as
+    root, a forked child that drops to nobody (root reads any file)."""
+    import os
+
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child)
+        os.close(read)
+        said = "nothing"
+        try:
+            if os.getuid() == 0:
+                os.setgroups([])
+                os.setresgid(65534, 65534, 65534)
+                os.setresuid(65534, 65534, 65534)
+            call()
+        except Exception as exc:  # what the parent asserts on
+            said = f"{type(exc).__name__}: {exc}"
+        os.write(write, said.encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read, "rb") as pipe:
+        said = pipe.read().decode()
+    os.waitpid(child, 0)
+    return said
+
+
+def test_a_client_key_the_factory_user_cannot_read_is_named_with_its_fix():
+    """Issue 50, item 4: a key written 0600 root (as make-certs does) passed the check (the
+    file exists), and a delivery then said "cannot reach the S3 endpoint": an outage."""
+    import shutil
+    import tempfile
+
+    from factory.config.s3 import parse
+
+    folder = Path(tempfile.mkdtemp(prefix="pki-"))  # one that nobody may enter (not tmp_path)
+    folder.chmod(0o755)
+    try:
+        _check_the_key_as_another_user(folder, parse)
+    finally:
+        shutil.rmtree(folder)
+
+
+def _check_the_key_as_another_user(tmp_path: Path, parse) -> None:
+    import os
+
+    key, cert = tmp_path / "worker.key", tmp_path / "worker.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\n")
+    cert.write_text("-----BEGIN CERTIFICATE-----\n")
+    key.chmod(0o600)
+    if os.getuid() != 0:
+        key.chmod(0o000)
+    env = {"FACTORY_S3_ENDPOINT_URL": "https://gw:9443", "FACTORY_S3_CLIENT_CERT": str(cert),
+           "FACTORY_S3_CLIENT_KEY": str(key)}  # fmt: skip
+    said = _as_another_user(lambda: parse(env, tmp_path))
+    assert said.startswith("ConfigError: "), said
+    assert "FACTORY_S3_CLIENT_KEY" in said and f"{key} cannot be read by uid" in said, said
+    assert "chown" in said and "chmod 600" in said, said
