@@ -13,10 +13,10 @@ set -euo pipefail
 manifest=${1:?usage: nightly.sh MANIFEST [BATCH-PREFIX]}
 prefix=${2:-nightly}
 here="$(cd "$(dirname "$0")/.." && pwd)"
-factory=${FACTORY_CLI:-$here/.venv/bin/factory}
 # shellcheck source=scripts/factory-env.sh
 . "$here/scripts/factory-env.sh"
 load_factory_env submit
+factory=${FACTORY_CLI:-$here/.venv/bin/factory}  # after the env file, as factory-cron reads it
 batch="$prefix-$(date +%F)"
 # The lock lives in FACTORY_HOME, which only the factory's user can write: in a shared temp
 # directory another user could take the name first (a link to clobber, or a lock held for ever).

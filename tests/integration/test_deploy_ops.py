@@ -90,6 +90,24 @@ def test_nightly_with_the_env_file_submits_where_the_file_says(night: dict[str, 
     assert not (night["user"] / ".factory").exists()
 
 
+def test_nightly_and_factory_cron_take_the_cli_the_env_file_names(night: dict[str, Path]) -> None:
+    """FACTORY_CLI set in the env file (issue 50, item 6): factory-cron read it after loading
+    the file, nightly.sh before, and ran another factory than the file names."""
+    called = night["root"] / "called"
+    fake = night["root"] / "fake-factory"
+    fake.write_text(f'#!/bin/sh\necho "$@" >> {called}\n')
+    fake.chmod(0o755)
+    env_file = _write_env(night["root"] / "factory.env", {
+        "FACTORY_HOME": str(night["home"]), "FACTORY_ASSET_ROOTS": str(night["root"]),
+        "FACTORY_CLI": str(fake)})  # fmt: skip
+    for argv in ([str(SCRIPTS / "nightly.sh"), str(night["manifest"]), "nightly"],
+                 [str(SCRIPTS / "factory-cron"), "status"]):  # fmt: skip
+        done = _cron_run(argv, {"FACTORY_ENV_FILE": str(env_file)}, night["user"])
+        assert done.returncode == 0, (argv, done.stderr)
+    said = called.read_text().splitlines()
+    assert any(line.startswith("submit ") for line in said[:-1]) and said[-1] == "status", said
+
+
 def test_nightly_without_the_env_file_refuses_and_submits_nothing(night: dict[str, Path]) -> None:
     missing = night["root"] / "nowhere" / "factory.env"
     done = _nightly(night, {"FACTORY_ENV_FILE": str(missing), "FACTORY_HOME": str(night["home"])})
@@ -567,13 +585,14 @@ def test_crontab_says_what_is_true_the_services_run_as_units() -> None:
 
 
 GATEWAY = SYSTEMD / "gateway"
+JOURNAL_SYSLOG = "syslog:server=unix:/dev/log,tag=factory_gateway,nohostname"
 # What bare metal changes in the compose gateway's files, and nothing else: the same checks.
 BARE_METAL = {
     "nginx.conf": {
         "pid /tmp/nginx-mtls.pid;": "pid /run/factory-gateway.pid;",
         # the journal: stderr as given (not opened by path), requests by syslog
         "error_log /dev/stderr info;": "error_log stderr info;",
-        "access_log /dev/stdout s3;": "access_log syslog:server=unix:/dev/log,tag=factory_gateway,nohostname s3;",
+        "access_log /dev/stdout s3;": f"access_log {JOURNAL_SYSLOG} s3;",
         "server minio:9000;": "server 127.0.0.1:9000;",
         "/etc/nginx/certs/": "/etc/factory/pki/",
         "include /etc/nginx/conf.d/*.conf;": "include /etc/factory/gateway/conf.d/*.conf;",
