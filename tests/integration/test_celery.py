@@ -255,7 +255,9 @@ def test_a_graceful_shutdown_hands_the_job_back_at_once(cluster: Cluster, tmp_pa
 
 
 def test_cancel_stops_the_worker_at_the_next_segment(cluster: Cluster, tmp_path: Path):
-    path = manifest(tmp_path / "m.yaml", "stop", videos=1, seconds_per_segment=0.4, duration=12)
+    # About 53 segments of 0.4 s: the cancel's own process (its start took long enough on a
+    # loaded machine for all of a 12 s video's 16 to be made) lands well before the last.
+    path = manifest(tmp_path / "m.yaml", "stop", videos=1, seconds_per_segment=0.4, duration=40)
     cluster.start_workers(gpus=1, cpu=False)
     (job_id,) = cluster.submit(path)
     cluster.wait_segments(job_id, 2)
