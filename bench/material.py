@@ -89,8 +89,8 @@ def tracking() -> float:
     return time.perf_counter() - started
 
 
-DECODE_AUDIO = "with av.open(str(path)) as c:\n    for f in c.decode(audio=0): pass"
-DECODE_VIDEO = "with av.open(str(path)) as c:\n    for f in c.decode(video=0): pass"
+DECODE_AUDIO = "with av.open(str(path), format='wav') as c:\n    for f in c.decode(audio=0): pass"
+DECODE_VIDEO = "with av.open(str(path), format='mov') as c:\n    for f in c.decode(video=0): pass"
 LOAD_PICTURE = "Image.open(path).load()"
 CHECKS = {  # kind -> (the check's module and function, a plain decode of the same file)
     "sound": ("factory.media.sound", "check_sound_file", DECODE_AUDIO),

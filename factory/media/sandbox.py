@@ -11,7 +11,6 @@ refused naming the limit it met.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -22,7 +21,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections import OrderedDict
 from pathlib import Path
 from typing import IO
 
@@ -33,9 +31,7 @@ DEFAULT_MEMORY_MIB = 1024  # of address space for the decoding (a 40 MP RGBA pic
 DEFAULT_CPU_SECONDS = 60
 WALL_FACTOR = 3  # the wall-clock limit, in CPU-time limits (a loaded machine)
 OUT_OF_MEMORY = 3  # the child's exit code when an allocation failed
-MEMO_ENTRIES = 1024
 
-_verdicts: OrderedDict[tuple[str, str, int, int], str | None] = OrderedDict()
 _lock = threading.Lock()
 
 
@@ -63,30 +59,13 @@ def picture_problem(path: Path) -> str | None:
 
 
 def _checked(kind: str, path: Path) -> str | None:
-    """The verdict on the file's bytes: once per content in this process (the same bed named
-    by eight videos, a picture swapped back and forth), else from the checking child."""
+    """The verdict on the file, from the checking child (one check at a time per process)."""
     memory, cpu = limits()
-    key = (kind, _digest(path), memory, cpu)
     with _lock:
-        if key in _verdicts:
-            _verdicts.move_to_end(key)
-            return _verdicts[key]
         try:
-            verdict = _checker.check(kind, path, memory, cpu)
-        except subprocess.TimeoutExpired:  # a loaded machine's, perhaps: not kept
+            return _checker.check(kind, path, memory, cpu)
+        except subprocess.TimeoutExpired:
             return f"could not be checked within {cpu * WALL_FACTOR} s: refused"
-        _verdicts[key] = verdict
-        while len(_verdicts) > MEMO_ENTRIES:
-            _verdicts.popitem(last=False)
-        return verdict
-
-
-def _digest(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as file:
-        while block := file.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 class _Checker:

@@ -243,7 +243,7 @@ def timestamp_bomb(path: Path) -> Path:
     stated = b"02:46:40.1250"
     assert stated in data, "the muxer's DURATION tag moved: fix the test's edit"
     path.write_bytes(data.replace(stated, b"00:00:01.0000"))
-    with av.open(str(path)) as container:
+    with av.open(str(path), format="matroska") as container:
         assert container.streams.video[0].metadata["DURATION"].startswith("00:00:01.0")
     return path
 
@@ -277,8 +277,8 @@ def test_an_hls_playlist_as_a_camera_move_is_refused_without_opening_what_it_lis
 ) -> None:
     segment = canary.path.with_name("secret.ts")
     pan_template(tmp_path / "real.mkv", frames=12)
-    run([ffmpeg_exe(), "-v", "error", "-y", "-i", str(tmp_path / "real.mkv"), "-c:v", "libx264",
-         "-f", "mpegts", str(segment)])  # fmt: skip
+    run([ffmpeg_exe(), "-v", "error", "-y", "-f", "matroska", "-i", str(tmp_path / "real.mkv"),
+         "-c:v", "libx264", "-f", "mpegts", str(segment)])  # fmt: skip
     listed = Canary(segment)
     hls_playlist(tmp_path / "pan.mkv", segment)
     texture_picture(tmp_path / "wall.png")
